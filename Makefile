@@ -1,0 +1,28 @@
+# The two commands a new user needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test test-fast bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## Start a 3-node embedded cluster (SQLite + file locks) with the API on 127.0.0.1:8080.
+run: $(STAMP)
+	$(BIN)/jobserver cluster --nodes 3 --demo
+
+## Run the whole test suite (PostgreSQL and ZooKeeper tests skip loudly if absent, fail in CI).
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## The suite without the slow cluster and chaos tests.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m 'not slow and not chaos' $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .jobserver .pytest_cache

@@ -1,0 +1,100 @@
+"""The HTTP API: a Flask application factory.
+
+``create_app()`` builds everything from config and starts nothing: no scheduler, no
+thread. Under gunicorn each worker calls it after forking, so no connection is shared
+between processes. Every route but ``/healthz`` needs a bearer token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, current_app, g, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from jobserver.config import Config, load_config
+from jobserver.exceptions import AuthError, JobServerError
+from jobserver.spec import Policy
+from jobserver.steps.python import PythonSteps
+from jobserver.store import Store
+
+log = logging.getLogger(__name__)
+
+PUBLIC_ENDPOINTS = frozenset({"health.healthz"})
+
+
+@dataclass
+class ApiContext:
+    config: Config
+    store: Store
+    policy: Policy
+
+
+def api() -> ApiContext:
+    """The context of the application handling the current request."""
+    return current_app.extensions["jobserver"]
+
+
+def create_app(config: Config | None = None, store: Store | None = None,
+               python_steps: PythonSteps | None = None) -> Flask:
+    config = config or load_config()
+    python_steps = python_steps or PythonSteps.with_entry_points()
+    app = Flask("jobserver")
+    app.config["MAX_CONTENT_LENGTH"] = config.api.max_body_bytes
+    app.json.sort_keys = False
+    app.extensions["jobserver"] = ApiContext(
+        config=config,
+        store=store or Store(config.database_url, config.database.pool_size),
+        policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables))
+
+    from jobserver.api import cluster, health, jobs, openapi
+
+    for module in (health, jobs, cluster, openapi):
+        app.register_blueprint(module.blueprint)
+    app.before_request(_authenticate)
+    app.register_error_handler(JobServerError, _jobserver_error)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected_error)
+    return app
+
+
+def error_response(status: int, code: str, message: str, details: Any = None):
+    body = {"error": {"code": code, "message": message, "details": details}}
+    return jsonify(body), status
+
+
+def _authenticate() -> None:
+    if request.endpoint in PUBLIC_ENDPOINTS:
+        return
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise AuthError("missing bearer token", {"header": "Authorization"})
+    # Compare against every token so timing does not reveal which one nearly matched.
+    matched = False
+    for candidate in api().config.api.tokens:
+        matched |= hmac.compare_digest(candidate.encode(), token.strip().encode())
+    if not matched:
+        raise AuthError("invalid token", {"header": "Authorization"})
+    g.authenticated = True
+
+
+def _jobserver_error(exc: JobServerError):
+    response = error_response(exc.http_status, exc.code, exc.message, exc.details)
+    if isinstance(exc, AuthError):
+        response[0].headers["WWW-Authenticate"] = 'Bearer realm="jobserver"'
+    return response
+
+
+def _http_error(exc: HTTPException):
+    code = (exc.name or "error").lower().replace(" ", "_")
+    details = {"field": "body"} if exc.code == 413 else None
+    return error_response(exc.code or 500, code, exc.description or exc.name, details)
+
+
+def _unexpected_error(exc: Exception):
+    log.exception("unhandled error on %s %s", request.method, request.path)
+    return error_response(500, "internal_error", "internal server error; see the node's log")

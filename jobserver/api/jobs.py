@@ -1,0 +1,96 @@
+"""Job routes: submit, read, list, events and operator actions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from flask import Blueprint, request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from jobserver.api import api
+from jobserver.api.serialize import event_json, job_json
+from jobserver.exceptions import InvalidRequest
+from jobserver.spec import field_path, parse_job, validate_job
+from jobserver.states import Operation, State
+from jobserver.store.jobs import MAX_PAGE
+
+blueprint = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
+
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+
+
+class ListQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state: State | None = None
+    name: str | None = Field(default=None, max_length=200)
+    limit: int = Field(default=50, ge=1, le=MAX_PAGE)
+    cursor: str | None = Field(default=None, pattern=r"^[1-9][0-9]{0,18}$")
+
+
+def _require_json() -> bytes:
+    if not request.is_json:
+        raise InvalidRequest("Content-Type must be application/json",
+                             [{"field": "Content-Type", "message": "expected application/json"}])
+    return request.get_data(cache=False)
+
+
+def _idempotency_key() -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not IDEMPOTENCY_KEY.match(key):
+        raise InvalidRequest("Idempotency-Key must be 1-200 printable ASCII characters",
+                             [{"field": "Idempotency-Key", "message": "invalid header value"}])
+    return key
+
+
+@blueprint.post("")
+def submit():
+    ctx = api()
+    key = _idempotency_key()
+    spec = parse_job(_require_json())
+    dependencies = validate_job(spec, ctx.policy)
+    digest = hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True)
+                            .encode()).hexdigest()
+    job, created = ctx.store.jobs.submit(spec, dependencies, key, digest)
+    headers = {"Location": f"/api/v1/jobs/{job.id}"}
+    if not created:
+        headers["Idempotent-Replayed"] = "true"
+    return job_json(job), 201 if created else 200, headers
+
+
+@blueprint.get("")
+def list_jobs():
+    try:
+        query = ListQuery.model_validate(request.args.to_dict())
+    except ValidationError as exc:
+        details = [{"field": field_path(e["loc"]),
+                    "message": "unknown query parameter" if e["type"] == "extra_forbidden"
+                    else e["msg"]} for e in exc.errors()]
+        raise InvalidRequest(f"{details[0]['field']}: {details[0]['message']}", details) from None
+    jobs, next_id = api().store.jobs.list(
+        query.state, query.name, query.limit, int(query.cursor) if query.cursor else None)
+    return {"jobs": [job_json(job) for job in jobs],
+            "next_cursor": str(next_id) if next_id else None}
+
+
+@blueprint.get("/<int:job_id>")
+def get_job(job_id: int):
+    return job_json(api().store.jobs.get(job_id))
+
+
+@blueprint.get("/<int:job_id>/events")
+def job_events(job_id: int):
+    store = api().store
+    store.jobs.get(job_id, with_steps=False)  # 404 for an unknown job
+    return {"events": [event_json(event) for event in store.jobs.events(job_id)]}
+
+
+@blueprint.post("/<int:job_id>/<any(pause, resume, rerun, discard):action>")
+def operate(job_id: int, action: str):
+    body = request.get_data(cache=False)
+    if body.strip() not in (b"", b"{}"):
+        raise InvalidRequest(f"{action} takes no request body",
+                             [{"field": "body", "message": "must be empty or {}"}])
+    return job_json(api().store.jobs.apply(job_id, Operation(action)))

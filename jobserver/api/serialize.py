@@ -1,0 +1,57 @@
+"""JSON shapes of API responses (documented in the OpenAPI document)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from jobserver.store.records import EventRecord, JobRecord, ServerRecord, StepRecord
+
+
+def _time(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def step_json(step: StepRecord) -> dict[str, Any]:
+    return {
+        "name": step.name, "type": step.type, "state": step.state.value,
+        "depends_on": step.depends_on, "spec": step.spec, "retries": step.retries,
+        "retry_backoff": step.retry_backoff, "retryable": step.retryable,
+        "attempt": step.attempt, "started_at": _time(step.started_at),
+        "finished_at": _time(step.finished_at), "exit_code": step.exit_code,
+        "output": step.output, "error": step.error, "wall_seconds": step.wall_seconds,
+        "cpu_seconds": step.cpu_seconds, "peak_rss_kb": step.peak_rss_kb,
+        "metrics": step.metrics,
+    }
+
+
+def job_json(job: JobRecord) -> dict[str, Any]:
+    body = {
+        "id": job.id, "name": job.name, "state": job.state.value, "priority": job.priority,
+        "lock_key": job.lock_key, "assigned_servers": job.assigned_servers,
+        "params": job.params, "parallelism": job.parallelism,
+        "not_before": _time(job.not_before), "node": job.node, "fence": job.fence,
+        "attempt": job.attempt, "error": job.error, "created_at": _time(job.created_at),
+        "updated_at": _time(job.updated_at), "started_at": _time(job.started_at),
+        "finished_at": _time(job.finished_at),
+        "progress": {"done": job.steps_done, "total": job.steps_total},
+    }
+    if job.steps is not None:
+        body["steps"] = [step_json(step) for step in job.steps]
+    return body
+
+
+def event_json(event: EventRecord) -> dict[str, Any]:
+    return {"id": event.id, "step": event.step, "from_state": event.from_state,
+            "to_state": event.to_state, "node": event.node, "fence": event.fence,
+            "attempt": event.attempt, "message": event.message, "at": _time(event.at)}
+
+
+def server_json(server: ServerRecord, dead_after: float) -> dict[str, Any]:
+    alive = server.state == "alive" and server.heartbeat_age <= dead_after
+    return {"id": server.id, "host": server.host, "pid": server.pid, "mode": server.mode,
+            "role": server.role if alive else "none", "state": server.state,
+            "alive": alive, "capacity": server.capacity, "running": server.running,
+            "started_at": _time(server.started_at),
+            "heartbeat_at": _time(server.heartbeat_at),
+            "heartbeat_age_seconds": round(server.heartbeat_age, 3)}

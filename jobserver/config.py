@@ -1,0 +1,218 @@
+"""Configuration: one TOML file plus ``JOBSERVER_SECTION__KEY`` environment overrides.
+
+Everything is typed and validated once at start-up. An unknown key or a bad value
+raises :class:`ConfigError` naming the key (and the environment variable it came
+from), so a node never starts half-configured.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from jobserver.exceptions import ConfigError
+
+ENV_PREFIX = "JOBSERVER_"
+CONFIG_ENV = "JOBSERVER_CONFIG"
+
+
+class SchedulerMode(str, enum.Enum):
+    """Kylin's scheduler modes; Kylin's numbers are accepted as aliases."""
+
+    SINGLE = "single"
+    DISTRIBUTED = "distributed"
+    LEADER = "leader"
+
+
+_KYLIN_MODE_NUMBERS = {0: SchedulerMode.SINGLE, 2: SchedulerMode.DISTRIBUTED,
+                       100: SchedulerMode.LEADER}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class DatabaseConfig(_Section):
+    url: str | None = None
+    pool_size: int = Field(default=5, ge=1, le=100)
+
+
+class SchedulerConfig(_Section):
+    mode: SchedulerMode = SchedulerMode.SINGLE
+    poll_interval: float = Field(default=1.0, gt=0, le=300)
+    max_concurrent_jobs: int = Field(default=10, ge=1, le=1000)
+    claim_batch: int = Field(default=32, ge=1, le=1000)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _kylin_numbers(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+            number = int(value)
+            if number not in _KYLIN_MODE_NUMBERS:
+                raise ValueError("Kylin mode numbers are 0 (single), 2 (distributed), 100 (leader)")
+            return _KYLIN_MODE_NUMBERS[number]
+        return value
+
+
+class LockConfig(_Section):
+    backend: str = "file"
+
+
+class ServerConfig(_Section):
+    id: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}",
+                    pattern=r"^[A-Za-z0-9][A-Za-z0-9.:@-]{0,99}$")
+    heartbeat_interval: float = Field(default=2.0, gt=0, le=300)
+    dead_after: float = Field(default=10.0, gt=0, le=3600)
+    drain_timeout: float = Field(default=30.0, ge=0, le=86400)
+    capacity: int | None = Field(default=None, ge=1, le=1000)
+
+
+class ApiConfig(_Section):
+    bind: str = Field(default="127.0.0.1:8080", pattern=r"^[^\s:]+:\d{1,5}$|^unix:\S+$")
+    tokens: list[str] = Field(default_factory=list)
+    workers: int = Field(default=2, ge=1, le=64)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
+    reuse_port: bool = False
+
+    @field_validator("tokens")
+    @classmethod
+    def _strong_tokens(cls, tokens: list[str]) -> list[str]:
+        for token in tokens:
+            if len(token) < 16:
+                raise ValueError("each token must be at least 16 characters")
+        return tokens
+
+
+class ShellStepConfig(_Section):
+    allowed_executables: list[str] | None = None
+    env_passthrough: list[str] = Field(default_factory=lambda: ["PATH", "HOME", "LANG", "TZ"])
+    output_limit_bytes: int = Field(default=64 * 1024, ge=1024, le=16 << 20)
+    kill_grace: float = Field(default=0.5, ge=0, le=60)
+
+
+class StepsConfig(_Section):
+    shell: ShellStepConfig = Field(default_factory=ShellStepConfig)
+
+
+class Config(_Section):
+    data_dir: Path = Path(".jobserver")
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    lock: LockConfig = Field(default_factory=LockConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    steps: StepsConfig = Field(default_factory=StepsConfig)
+
+    @property
+    def database_url(self) -> str:
+        """The configured URL, or a SQLite file under ``data_dir`` (the embedded default)."""
+        if self.database.url:
+            return self.database.url
+        return f"sqlite:///{(self.data_dir / 'jobserver.db').resolve()}"
+
+    @property
+    def capacity(self) -> int:
+        return self.server.capacity or self.scheduler.max_concurrent_jobs
+
+
+def load_config(path: str | os.PathLike[str] | None = None,
+                environ: Mapping[str, str] | None = None,
+                overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read the TOML file (if any), apply environment overrides, validate.
+
+    ``path`` defaults to ``$JOBSERVER_CONFIG``. ``overrides`` are dotted keys applied
+    last (used by the CLI for flags such as ``--nodes``).
+    """
+    environ = os.environ if environ is None else environ
+    path = path or environ.get(CONFIG_ENV) or None
+    data: dict[str, Any] = _read_file(Path(path)) if path else {}
+    sources: dict[tuple[str, ...], str] = {}
+    for keys, value, env_name in _env_overrides(environ):
+        _set_dotted(data, keys, value)
+        sources[keys] = env_name
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, tuple(dotted.split(".")), value)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, sources)) from None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _env_overrides(environ: Mapping[str, str]):
+    """Yield ``(keys, value, env_name)`` for every ``JOBSERVER_A__B`` variable."""
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        keys = tuple(part.lower() for part in name[len(ENV_PREFIX):].split("__"))
+        if any(not key for key in keys):
+            raise ConfigError(f"environment variable {name} does not name a config key")
+        yield keys, _parse_env_value(keys, raw), name
+
+
+def _parse_env_value(keys: tuple[str, ...], raw: str) -> Any:
+    stripped = raw.strip()
+    if stripped.startswith("["):
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError:
+            return raw
+    if _is_list_field(keys):
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    return raw
+
+
+def _is_list_field(keys: tuple[str, ...]) -> bool:
+    model: Any = Config
+    for key in keys:
+        field = getattr(model, "model_fields", {}).get(key)
+        if field is None:
+            return False
+        model = field.annotation
+    return "list[" in str(model)
+
+
+def _set_dotted(data: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+    node = data
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(keys)}: {key} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def _describe(exc: ValidationError, sources: dict[tuple[str, ...], str]) -> str:
+    lines = []
+    for error in exc.errors():
+        keys = tuple(str(part) for part in error["loc"])
+        dotted = ".".join(keys)
+        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        origin = next((env for k, env in sources.items() if keys[: len(k)] == k), None)
+        where = f" (from {origin})" if origin else ""
+        lines.append(f"{dotted}{where}: {message}")
+    return "invalid configuration: " + "; ".join(lines)
+
+
+def env_name(dotted_key: str) -> str:
+    """The environment variable that overrides ``dotted_key``."""
+    return ENV_PREFIX + dotted_key.upper().replace(".", "__")

@@ -1,0 +1,168 @@
+"""One claimed job on one node: its steps in DAG order, retries, cancellation.
+
+Every write goes through the store's compare-and-set on the job's claim token; when
+one is refused (:class:`FencedOff`) the execution stops at once. Ready steps run in
+parallel up to the job's ``parallelism``; after a step fails for good no new step is
+started, running ones finish, and the job goes to ERROR.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
+from typing import Any
+
+from jobserver.config import ShellStepConfig
+from jobserver.exceptions import FencedOff
+from jobserver.states import State
+from jobserver.steps import StepContext, StepFunction
+from jobserver.store import Store
+from jobserver.store.records import JobRecord, StepOutcome, StepRecord
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF = 300.0
+#: Cancel reason used when this node shuts down: the job goes back to READY at once.
+NODE_STOPPING = "node stopping"
+
+
+class JobExecution:
+    def __init__(self, job: JobRecord, store: Store, step_types: dict[str, StepFunction],
+                 shell: ShellStepConfig) -> None:
+        self.job = job
+        self.token = job.token()
+        self._store = store
+        self._step_types = step_types
+        self._shell = shell
+        self.cancelled = threading.Event()
+        self.cancel_reason: str | None = None
+        self.fenced_off = False
+
+    def cancel(self, reason: str) -> None:
+        """Stop the job's running steps (subprocesses are killed); idempotent."""
+        if not self.cancelled.is_set():
+            self.cancel_reason = reason
+            self.cancelled.set()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except FencedOff as exc:
+            self.fenced_off = True
+            self.cancel("fenced")
+            log.warning("job %s stopped: %s", self.job.id, exc.message,
+                        extra=self._log_extra())
+        except Exception as exc:
+            log.exception("job %s failed inside the runner", self.job.id,
+                          extra=self._log_extra())
+            self.cancel("internal error")
+            self._finish(State.ERROR, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _log_extra(self) -> dict[str, Any]:
+        return {"job_id": self.job.id, "node": self.token.node, "fence": self.token.fence,
+                "attempt": self.token.attempt}
+
+    def _finish(self, state: State, error: str | None = None) -> None:
+        try:
+            self._store.runs.finish_job(self.token, state, error)
+        except FencedOff as exc:
+            self.fenced_off = True
+            log.warning("job %s: final write refused: %s", self.job.id, exc.message)
+
+    # -- the DAG ------------------------------------------------------------------------
+    def _run(self) -> None:
+        steps = self.job.steps or []
+        done = {step.name for step in steps if step.state is State.SUCCEED}
+        pending = [step for step in steps if step.state is not State.SUCCEED]
+        failed: tuple[StepRecord, StepOutcome] | None = None
+        in_flight: dict[Future[StepOutcome], StepRecord] = {}
+        pool = (ThreadPoolExecutor(self.job.parallelism, thread_name_prefix=f"job{self.job.id}")
+                if self.job.parallelism > 1 else None)
+        try:
+            while True:
+                if failed is None and not self.cancelled.is_set():
+                    for step in self._ready(pending, done, self.job.parallelism - len(in_flight)):
+                        pending.remove(step)
+                        in_flight[self._launch(pool, step)] = step
+                if not in_flight:
+                    break
+                finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    step, outcome = in_flight.pop(future), future.result()
+                    if outcome.state is State.SUCCEED:
+                        done.add(step.name)
+                    elif failed is None:
+                        failed = (step, outcome)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._conclude(failed, pending)
+
+    @staticmethod
+    def _ready(pending: list[StepRecord], done: set[str], room: int) -> list[StepRecord]:
+        ready = [step for step in pending if all(dep in done for dep in step.depends_on)]
+        return ready[:max(room, 0)]
+
+    def _launch(self, pool: ThreadPoolExecutor | None, step: StepRecord) -> Future[StepOutcome]:
+        if pool is not None:
+            return pool.submit(self._run_step, step)
+        future: Future[StepOutcome] = Future()
+        try:
+            future.set_result(self._run_step(step))
+        except BaseException as exc:  # re-raised by future.result() in _run
+            future.set_exception(exc)
+        return future
+
+    def _conclude(self, failed: tuple[StepRecord, StepOutcome] | None,
+                  pending: list[StepRecord]) -> None:
+        if self.cancel_reason == NODE_STOPPING:
+            self._store.runs.release(self.token, "node stopping; re-queued")
+        elif self.cancelled.is_set():
+            log.info("job %s: %s", self.job.id, self.cancel_reason, extra=self._log_extra())
+        elif failed is not None:
+            step, outcome = failed
+            self._finish(State.ERROR, f"step {step.name} failed: {outcome.error}")
+        elif pending:
+            names = ", ".join(step.name for step in pending)
+            self._finish(State.ERROR, f"steps never became runnable: {names}")
+        else:
+            self._finish(State.SUCCEED)
+
+    # -- one step, with retries --------------------------------------------------------
+    def _run_step(self, step: StepRecord) -> StepOutcome:
+        retries_left = step.retries
+        while True:
+            attempt = self._store.runs.start_step(self.token, step)
+            if attempt is None:
+                self.cancel("stopped by operator")
+                return StepOutcome(State.STOPPED, error="job no longer running")
+            outcome = self._invoke(step, attempt)
+            if (outcome.state is State.ERROR and outcome.retryable and retries_left > 0
+                    and not self.cancelled.is_set()):
+                delay = min(step.retry_backoff * 2 ** (step.retries - retries_left), MAX_BACKOFF)
+                retries_left -= 1
+                note = f"attempt {attempt} failed: {outcome.error}; retrying in {delay:g} s"
+                self._store.runs.finish_step(self.token, step, attempt,
+                                             replace(outcome, state=State.READY), note)
+                if self.cancelled.wait(delay):
+                    return StepOutcome(State.STOPPED, error="cancelled during retry backoff")
+                continue
+            if self.cancel_reason == NODE_STOPPING and outcome.state is State.STOPPED:
+                outcome = replace(outcome, state=State.READY)  # to be run again elsewhere
+            self._store.runs.finish_step(self.token, step, attempt, outcome)
+            return outcome
+
+    def _invoke(self, step: StepRecord, attempt: int) -> StepOutcome:
+        ctx = StepContext(job_id=self.job.id, job_name=self.job.name, step=step.name,
+                          attempt=attempt, job_attempt=self.token.attempt,
+                          fence=self.token.fence, node=self.token.node,
+                          params=self.job.params, shell=self._shell, cancelled=self.cancelled,
+                          started_monotonic=time.monotonic())
+        try:
+            return self._step_types[step.type](step.spec, ctx)
+        except Exception as exc:
+            log.exception("step %s of job %s raised", step.name, self.job.id)
+            return StepOutcome(State.ERROR, error=f"{type(exc).__name__}: {exc}")

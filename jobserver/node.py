@@ -1,0 +1,139 @@
+"""One node: presence, registration, heartbeats, the runner and the scheduler.
+
+Start-up order matters: the presence lock first (so a second process with the same
+``server.id`` refuses to start), then registration, then re-queueing what this node
+id left RUNNING in an earlier life, and only then scheduling.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+
+from jobserver.config import Config
+from jobserver.exceptions import ConfigError
+from jobserver.execution import NODE_STOPPING
+from jobserver.runner import Runner
+from jobserver.steps import step_types
+from jobserver.steps.python import PythonSteps
+from jobserver.store import Store
+from locks import create_lock_backend
+from locks.base import Lease, LockBackend
+from schedulers import Scheduler, SchedulerContext, create_scheduler
+from schedulers.base import presence_key
+
+log = logging.getLogger(__name__)
+
+SCHEMA_LOCK = "schema/upgrade"
+
+
+def make_lock_backend(config: Config, store: Store) -> LockBackend:
+    options: dict[str, object] = {}
+    if config.lock.backend == "file":
+        options = {"directory": config.data_dir / "locks", "next_fence": store.epochs.bump}
+    return create_lock_backend(config.lock.backend, **options)
+
+
+def upgrade_schema(store: Store, locks: LockBackend) -> None:
+    """Run migrations under a lock so nodes starting together do not race."""
+    lease = locks.acquire(SCHEMA_LOCK, blocking=True, timeout=120)
+    if lease is None:
+        raise ConfigError("timed out waiting for another node's schema upgrade")
+    with lease:
+        store.upgrade()
+
+
+class Node:
+    def __init__(self, config: Config, python_steps: PythonSteps | None = None) -> None:
+        self.config = config
+        self.id = config.server.id
+        self.python_steps = python_steps or PythonSteps.with_entry_points()
+        self.store = Store(config.database_url, config.database.pool_size)
+        self.locks = make_lock_backend(config, self.store)
+        self.runner = Runner(self.store, step_types(self.python_steps), config.steps.shell,
+                             config.capacity, on_slot_freed=self._wake)
+        self.ctx = SchedulerContext(config=config, node_id=self.id, store=self.store,
+                                    locks=self.locks, runner=self.runner)
+        self.scheduler: Scheduler = create_scheduler(self.ctx)
+        self._presence: Lease | None = None
+        self._threads: list[threading.Thread] = []
+
+    def _wake(self) -> None:
+        self.ctx.wake.set()
+
+    def start(self, upgrade: bool = True) -> None:
+        if upgrade:
+            upgrade_schema(self.store, self.locks)
+        self._presence = self.locks.acquire(presence_key(self.id), blocking=False)
+        if self._presence is None:
+            raise ConfigError(f"server.id: {self.id!r} is in use by another live node")
+        self.store.servers.register(self.id, socket.gethostname(), os.getpid(),
+                                    self.config.scheduler.mode.value, self.config.capacity)
+        for job_id, state in self.store.servers.requeue_orphans(self.id, self.id):
+            log.warning("job %s was left running by this node's last run: now %s", job_id, state)
+        self.runner.start()
+        self._spawn("heartbeat", self._heartbeat_loop)
+        self._spawn("scheduler", self._scheduler_loop)
+        log.info("node %s started in %s mode with %s lock backend", self.id,
+                 self.config.scheduler.mode.value, self.config.lock.backend)
+
+    def _spawn(self, name: str, target) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _scheduler_loop(self) -> None:
+        try:
+            self.scheduler.run()
+        except Exception:
+            log.exception("scheduler loop crashed; this node no longer schedules")
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.config.server.heartbeat_interval
+        while not self.ctx.stopping.wait(interval):
+            self.heartbeat()
+
+    def heartbeat(self) -> None:
+        try:
+            alive = self.store.servers.heartbeat(self.id, self.runner.running_count(),
+                                                 self.scheduler.role)
+            if not alive:
+                self.store.servers.register(self.id, socket.gethostname(), os.getpid(),
+                                            self.config.scheduler.mode.value,
+                                            self.config.capacity)
+        except Exception:
+            log.warning("heartbeat failed; will retry", exc_info=True)
+
+    def stop(self, drain_timeout: float | None = None) -> bool:
+        """Stop claiming, let running jobs finish up to ``drain_timeout``, release locks.
+
+        Returns True when every running job finished. Jobs still running after the
+        timeout are cancelled and left for the rescue path (they are RUNNING on a
+        node that is marked stopped).
+        """
+        timeout = self.config.server.drain_timeout if drain_timeout is None else drain_timeout
+        self.ctx.stopping.set()
+        self.ctx.wake.set()
+        drained = self.runner.wait_idle(timeout)
+        if not drained:
+            log.warning("drain timeout: %s job(s) still running are cancelled",
+                        self.runner.running_count())
+            self.runner.cancel_all(NODE_STOPPING)
+            self.runner.wait_idle(5)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self.runner.shutdown()
+        self._close()
+        return drained
+
+    def _close(self) -> None:
+        try:
+            self.store.servers.mark_stopped(self.id)
+        except Exception:
+            log.warning("could not mark node stopped", exc_info=True)
+        if self._presence is not None:
+            self._presence.release()
+        self.locks.close()
+        self.store.dispose()

@@ -1,0 +1,111 @@
+"""The bounded pool that runs claimed jobs, and the watcher that stops them.
+
+One scheduler loop claims jobs and hands them here; ``free_slots()`` tells it how many
+it may claim, so the pool never queues work it cannot start. A single watcher thread
+asks the store, twice a second, whether any job this node runs was paused, discarded
+or taken by another owner, and cancels those executions. A failed read changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from jobserver.config import ShellStepConfig
+from jobserver.execution import JobExecution
+from jobserver.steps import StepFunction
+from jobserver.store import Store
+from jobserver.store.records import ClaimToken, JobRecord
+
+log = logging.getLogger(__name__)
+
+WATCH_INTERVAL = 0.5
+
+
+class Runner:
+    def __init__(self, store: Store, step_types: dict[str, StepFunction],
+                 shell: ShellStepConfig, capacity: int,
+                 on_slot_freed: Callable[[], None] = lambda: None) -> None:
+        self._store = store
+        self._step_types = step_types
+        self._shell = shell
+        self.capacity = capacity
+        self._on_slot_freed = on_slot_freed
+        self._pool = ThreadPoolExecutor(capacity, thread_name_prefix="runner")
+        self._running: dict[int, JobExecution] = {}
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_loop, name="runner-watch",
+                                         daemon=True)
+        self.fenced_off_count = 0
+
+    def start(self) -> None:
+        self._watcher.start()
+
+    def free_slots(self) -> int:
+        with self._lock:
+            return self.capacity - len(self._running)
+
+    def running_count(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def running_tokens(self) -> list[ClaimToken]:
+        with self._lock:
+            return [execution.token for execution in self._running.values()]
+
+    def submit(self, job: JobRecord) -> None:
+        execution = JobExecution(job, self._store, self._step_types, self._shell)
+        with self._lock:
+            self._running[job.id] = execution
+        self._pool.submit(self._execute, execution)
+
+    def _execute(self, execution: JobExecution) -> None:
+        try:
+            execution.run()
+        finally:
+            with self._lock:
+                self._running.pop(execution.job.id, None)
+                if execution.fenced_off:
+                    self.fenced_off_count += 1
+                self._idle.notify_all()
+            self._on_slot_freed()
+
+    def cancel_all(self, reason: str) -> None:
+        with self._lock:
+            executions = list(self._running.values())
+        for execution in executions:
+            execution.cancel(reason)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no job runs; False if some still run after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._running,
+                                       max(0.0, deadline - time.monotonic()))
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def check_running(self) -> None:
+        """Cancel executions whose job was paused, discarded or taken over."""
+        with self._lock:
+            executions = {job_id: e for job_id, e in self._running.items()}
+        if not executions:
+            return
+        verdicts = self._store.runs.watch(e.token for e in executions.values())
+        for job_id, reason in verdicts.items():
+            log.info("job %s must stop on this node: %s", job_id, reason)
+            executions[job_id].cancel(reason)
+
+    def _watch_loop(self) -> None:
+        while not self._stop.wait(WATCH_INTERVAL):
+            try:
+                self.check_running()
+            except Exception:
+                log.warning("could not check running jobs; will retry", exc_info=True)

@@ -1,0 +1,198 @@
+"""Job specifications as submitted: parsed strictly, checked against the node's policy.
+
+Parsing (types, unknown fields, sizes) is pydantic's; :func:`validate_job` then checks
+what needs the whole job or the configuration: unique step names, a DAG without cycles,
+registered python callables and allowed shell executables. Every failure names the
+field, e.g. ``steps[1].argv[0]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints,
+                      ValidationError)
+
+from jobserver.exceptions import InvalidRequest, MalformedRequest
+
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
+ServerId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:@-]{0,99}$")]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")]
+Arg = Annotated[str, StringConstraints(max_length=8192)]
+
+MAX_STEPS = 200
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _StepBase(_Strict):
+    name: Name
+    depends_on: list[Name] | None = Field(default=None, max_length=MAX_STEPS)
+    retries: int = Field(default=0, ge=0, le=20)
+    retry_backoff: float = Field(default=1.0, ge=0, le=3600)
+    retryable: bool = Field(default=True, description=(
+        "False: if the node running this step dies, the job goes to ERROR instead of "
+        "being re-queued"))
+
+
+class NoopStep(_StepBase):
+    type: Literal["noop"]
+
+
+class SleepStep(_StepBase):
+    type: Literal["sleep"]
+    seconds: float = Field(ge=0, le=86400)
+
+
+class ShellStep(_StepBase):
+    type: Literal["shell"]
+    argv: list[Arg] = Field(min_length=1, max_length=256)
+    timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
+    env: dict[EnvName, Arg] = Field(default_factory=dict, max_length=64)
+
+
+class PythonStep(_StepBase):
+    type: Literal["python"]
+    callable: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,200}$")]
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+StepSpec = Annotated[Union[NoopStep, SleepStep, ShellStep, PythonStep],
+                     Field(discriminator="type")]
+STEP_TYPES = ("noop", "sleep", "shell", "python")
+
+
+class JobSpec(_Strict):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    steps: list[StepSpec] = Field(min_length=1, max_length=MAX_STEPS)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    lock_key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    assigned_servers: list[ServerId] | None = Field(default=None, min_length=1, max_length=64)
+    params: dict[str, Any] = Field(default_factory=dict)
+    parallelism: int = Field(default=1, ge=1, le=64)
+    not_before: AwareDatetime | None = None
+
+
+class Policy:
+    """What the node allows: registered callables and permitted executables."""
+
+    def __init__(self, is_registered: Callable[[str], bool],
+                 allowed_executables: Iterable[str] | None) -> None:
+        self.is_registered = is_registered
+        self.allowed_executables = (None if allowed_executables is None
+                                    else frozenset(allowed_executables))
+
+
+def field_path(loc: Iterable[Any]) -> str:
+    """``('steps', 1, 'shell', 'argv', 0)`` -> ``steps[1].argv[0]``."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in STEP_TYPES:
+            continue  # pydantic's discriminator tag, not a field
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "body"
+
+
+def parse_job(body: bytes | str) -> JobSpec:
+    """Parse a JSON body into a :class:`JobSpec` or raise :class:`InvalidRequest`."""
+    try:
+        return JobSpec.model_validate_json(body)
+    except ValidationError as exc:
+        details = [{"field": field_path(e["loc"]), "message": _message(e)} for e in exc.errors()]
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise MalformedRequest("request body is not valid JSON",
+                                 [{"field": "body", "message": "malformed JSON"}]) from None
+        first = details[0]
+        raise InvalidRequest(f"{first['field']}: {first['message']}", details) from None
+
+
+def _message(error: dict[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown field"
+    if error["type"] == "union_tag_invalid":
+        return f"unknown step type; expected one of {', '.join(STEP_TYPES)}"
+    return error["msg"]
+
+
+def validate_job(spec: JobSpec, policy: Policy) -> list[list[str]]:
+    """Check the job as a whole; return each step's resolved dependencies.
+
+    Without any ``depends_on`` the steps form a chain in list order.
+    """
+    problems: list[dict[str, str]] = []
+    names = [step.name for step in spec.steps]
+    for index, step in enumerate(spec.steps):
+        if step.name in names[:index]:
+            problems.append({"field": f"steps[{index}].name",
+                             "message": f"duplicate step name {step.name!r}"})
+        problems.extend(_check_step(index, step, set(names), policy))
+    if problems:
+        raise InvalidRequest(f"{problems[0]['field']}: {problems[0]['message']}", problems)
+    dependencies = _resolve_dependencies(spec)
+    cycle = _find_cycle(names, dependencies)
+    if cycle:
+        raise InvalidRequest("steps: depends_on forms a cycle: " + " -> ".join(cycle),
+                             [{"field": "steps", "message": "dependency cycle"}])
+    return dependencies
+
+
+def _check_step(index: int, step: Any, names: set[str], policy: Policy) -> list[dict[str, str]]:
+    where = f"steps[{index}]"
+    problems = []
+    for dep_index, dep in enumerate(step.depends_on or []):
+        if dep not in names or dep == step.name:
+            problems.append({"field": f"{where}.depends_on[{dep_index}]",
+                             "message": f"no other step named {dep!r}"})
+    if isinstance(step, PythonStep) and not policy.is_registered(step.callable):
+        problems.append({"field": f"{where}.callable",
+                         "message": f"no python step is registered as {step.callable!r}"})
+    if (isinstance(step, ShellStep) and policy.allowed_executables is not None
+            and step.argv[0] not in policy.allowed_executables):
+        problems.append({"field": f"{where}.argv[0]",
+                         "message": f"executable {step.argv[0]!r} is not allowed "
+                                    "(steps.shell.allowed_executables)"})
+    return problems
+
+
+def _resolve_dependencies(spec: JobSpec) -> list[list[str]]:
+    if all(step.depends_on is None for step in spec.steps):
+        return [[]] + [[spec.steps[i - 1].name] for i in range(1, len(spec.steps))]
+    return [list(dict.fromkeys(step.depends_on or [])) for step in spec.steps]
+
+
+def _find_cycle(names: list[str], dependencies: list[list[str]]) -> list[str] | None:
+    graph = dict(zip(names, dependencies))
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str) -> list[str] | None:
+        if name in done:
+            return None
+        if name in visiting:
+            return visiting[visiting.index(name):] + [name]
+        visiting.append(name)
+        for dep in graph[name]:
+            cycle = visit(dep)
+            if cycle:
+                return cycle
+        visiting.pop()
+        done.add(name)
+        return None
+
+    for name in names:
+        cycle = visit(name)
+        if cycle:
+            return cycle
+    return None
+
+
+def step_columns(step: Any) -> dict[str, Any]:
+    """The type-specific fields of a step, as stored in ``steps.spec``."""
+    common = set(_StepBase.model_fields) | {"type"}
+    return step.model_dump(mode="json", exclude=common)

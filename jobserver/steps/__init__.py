@@ -1,0 +1,56 @@
+"""Step types. Each is one function ``run(spec, ctx) -> StepOutcome``.
+
+A step body never sees the store: it gets a :class:`StepContext` with the ids it
+needs, the job's params and a ``cancelled`` event that is set when an operator pauses
+or discards the job, or when this node loses the job.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobserver.config import ShellStepConfig
+from jobserver.states import State
+from jobserver.store.records import StepOutcome
+
+
+@dataclass
+class StepContext:
+    job_id: int
+    job_name: str
+    step: str
+    attempt: int
+    job_attempt: int
+    fence: int
+    node: str
+    params: dict[str, Any]
+    shell: ShellStepConfig
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    started_monotonic: float = field(default_factory=time.monotonic)
+
+
+StepFunction = Callable[[dict[str, Any], StepContext], StepOutcome]
+
+
+def run_noop(spec: dict[str, Any], ctx: StepContext) -> StepOutcome:
+    return StepOutcome(State.SUCCEED, wall_seconds=time.monotonic() - ctx.started_monotonic)
+
+
+def run_sleep(spec: dict[str, Any], ctx: StepContext) -> StepOutcome:
+    interrupted = ctx.cancelled.wait(float(spec["seconds"]))
+    wall = time.monotonic() - ctx.started_monotonic
+    if interrupted:
+        return StepOutcome(State.STOPPED, error="cancelled while sleeping", wall_seconds=wall)
+    return StepOutcome(State.SUCCEED, wall_seconds=wall)
+
+
+def step_types(python_steps: Any) -> dict[str, StepFunction]:
+    """The step types this node can run, by the name a job spec uses."""
+    from jobserver.steps.shell import run_shell
+
+    return {"noop": run_noop, "sleep": run_sleep, "shell": run_shell,
+            "python": python_steps.run}

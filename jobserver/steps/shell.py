@@ -1,0 +1,149 @@
+"""Shell steps: an argv list run without a shell, in its own process group.
+
+The environment is built from an allow-list (``steps.shell.env_passthrough``) plus
+the step's own ``env`` and the ``JOBSERVER_*`` variables. Cancellation and timeouts
+send SIGTERM to the whole group, then SIGKILL after ``kill_grace`` seconds. Output
+(stdout and stderr together) is kept up to ``output_limit_bytes``: the head and the
+tail, with the size of what was cut. The step's runtime audit (CPU seconds, peak RSS)
+comes from ``wait4`` on the child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+from jobserver.states import State
+from jobserver.store.records import StepOutcome
+
+MAX_METRICS_BYTES = 64 * 1024
+
+
+class OutputCapture(threading.Thread):
+    """Drains a pipe, keeping the first and last ``limit / 2`` bytes."""
+
+    def __init__(self, stream: IO[bytes], limit: int) -> None:
+        super().__init__(daemon=True, name="step-output")
+        self._stream, self._half = stream, limit // 2
+        self._head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+        self.total = 0
+
+    def run(self) -> None:
+        while chunk := self._stream.read1(65536):
+            self.total += len(chunk)
+            room = self._half - len(self._head)
+            if room > 0:
+                self._head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self._tail.append(chunk)
+                self._tail_size += len(chunk)
+                while self._tail_size - len(self._tail[0]) >= self._half:
+                    self._tail_size -= len(self._tail.popleft())
+        self._stream.close()
+
+    def text(self) -> str:
+        tail = b"".join(self._tail)[-self._half:] if self._tail else b""
+        cut = self.total - len(self._head) - len(tail)
+        middle = f"\n[... {cut} bytes cut ...]\n".encode() if cut > 0 else b""
+        return (bytes(self._head) + middle + tail).decode("utf-8", errors="replace")
+
+
+def build_env(spec: dict[str, Any], ctx: Any, metrics_file: Path) -> dict[str, str]:
+    env = {name: os.environ[name] for name in ctx.shell.env_passthrough if name in os.environ}
+    env.update(spec.get("env") or {})
+    env.update({
+        "JOBSERVER_JOB_ID": str(ctx.job_id), "JOBSERVER_STEP": ctx.step,
+        "JOBSERVER_ATTEMPT": str(ctx.attempt), "JOBSERVER_JOB_ATTEMPT": str(ctx.job_attempt),
+        "JOBSERVER_FENCE": str(ctx.fence), "JOBSERVER_NODE": ctx.node,
+        "JOBSERVER_METRICS_FILE": str(metrics_file),
+    })
+    return env
+
+
+def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
+    with tempfile.TemporaryDirectory(prefix="jobserver-step-") as scratch:
+        metrics_file = Path(scratch) / "metrics.json"
+        try:
+            proc = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    env=build_env(spec, ctx, metrics_file),
+                                    start_new_session=True)
+        except OSError as exc:
+            return StepOutcome(State.ERROR, error=f"cannot start {spec['argv'][0]!r}: "
+                                                  f"{exc.strerror or exc}", retryable=False)
+        capture = OutputCapture(proc.stdout, ctx.shell.output_limit_bytes)  # type: ignore[arg-type]
+        capture.start()
+        status, usage, reason = _wait(proc, spec.get("timeout"), ctx)
+        _kill_group(proc.pid, signal.SIGKILL)  # leftovers would hold the pipe open
+        capture.join(timeout=5)
+        metrics, metrics_note = _read_metrics(metrics_file)
+    output = capture.text() + (f"\n[{metrics_note}]" if metrics_note else "")
+    audit = {"exit_code": status, "output": output, "metrics": metrics,
+             "wall_seconds": time.monotonic() - ctx.started_monotonic,
+             "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_kb": usage.ru_maxrss}
+    if reason == "cancelled":
+        return StepOutcome(State.STOPPED, error="stopped: process killed", **audit)
+    if reason == "timeout":
+        return StepOutcome(State.ERROR, error=f"timed out after {spec['timeout']} s", **audit)
+    if status != 0:
+        what = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
+        return StepOutcome(State.ERROR, error=what, **audit)
+    return StepOutcome(State.SUCCEED, **audit)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, ctx: Any):
+    """Reap the child with ``wait4``; stop it on cancel or timeout."""
+    started = time.monotonic()
+    reason: str | None = None
+    signalled_at: float | None = None
+    interval = 0.001
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage, reason
+        now = time.monotonic()
+        if reason is None and ctx.cancelled.is_set():
+            reason = "cancelled"
+        elif reason is None and timeout is not None and now - started > timeout:
+            reason = "timeout"
+        if reason is not None and signalled_at is None:
+            _kill_group(proc.pid, signal.SIGTERM)
+            signalled_at = now
+        elif signalled_at is not None and now - signalled_at > ctx.shell.kill_grace:
+            _kill_group(proc.pid, signal.SIGKILL)
+        time.sleep(interval)
+        interval = min(interval * 2, 0.02)
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_metrics(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    if not path.exists():
+        return None, None
+    raw = path.read_bytes()[:MAX_METRICS_BYTES + 1]
+    if len(raw) > MAX_METRICS_BYTES:
+        return None, f"metrics file ignored: larger than {MAX_METRICS_BYTES} bytes"
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None, "metrics file ignored: not valid JSON"
+    if not isinstance(value, dict):
+        return None, "metrics file ignored: not a JSON object"
+    return value, None

@@ -1,0 +1,83 @@
+"""The metadata store: the only place that talks SQL.
+
+:class:`Store` owns the engine and hands out repositories by concern — ``jobs`` (what
+the API does), ``runs`` (what schedulers and runners do), ``servers`` (nodes and
+heartbeats) and ``epochs`` (fence counters for lock backends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine
+
+from jobserver.store.engine import READONLY, make_engine
+from jobserver.store.models import Base
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+class Transactions:
+    """Write and read transactions on one engine (``BEGIN IMMEDIATE`` vs deferred on SQLite)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(**{READONLY: True})
+            with conn.begin():
+                yield conn
+
+
+class Store:
+    def __init__(self, url: str, pool_size: int = 5) -> None:
+        from jobserver.store.epochs import EpochRepository
+        from jobserver.store.jobs import JobRepository
+        from jobserver.store.runs import RunRepository
+        from jobserver.store.servers import ServerRepository
+
+        self.url = url
+        self.engine = make_engine(url, pool_size)
+        self.tx = Transactions(self.engine)
+        self.jobs = JobRepository(self.tx)
+        self.runs = RunRepository(self.tx)
+        self.servers = ServerRepository(self.tx)
+        self.epochs = EpochRepository(self.tx)
+
+    @property
+    def dialect(self) -> str:
+        return self.tx.dialect
+
+    def upgrade(self) -> None:
+        """Bring the schema to the newest migration (``jobserver db upgrade``)."""
+        from alembic import command
+
+        command.upgrade(alembic_config(self.url, self.engine), "head")
+
+    def create_all(self) -> None:
+        """Create tables straight from the models (unit tests only)."""
+        Base.metadata.create_all(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def alembic_config(url: str, engine: Engine | None = None):
+    from alembic.config import Config as AlembicConfig
+
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if engine is not None:
+        config.attributes["engine"] = engine
+    return config

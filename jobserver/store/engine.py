@@ -1,0 +1,112 @@
+"""Engine creation for both dialects and the store's clock.
+
+SQLite (the embedded default) runs in WAL mode with a busy timeout, and every write
+transaction starts with ``BEGIN IMMEDIATE`` so that a read-then-write transaction never
+fails on lock upgrade; read-only transactions use a plain deferred ``BEGIN``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, bindparam, create_engine, event
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+from jobserver.store.models import UTCDateTime
+
+READONLY = "jobserver_readonly"
+
+
+def make_engine(url: str, pool_size: int = 5) -> Engine:
+    if url.startswith("sqlite"):
+        return _sqlite_engine(url)
+    if url.startswith("postgresql"):
+        _require_psycopg()
+        return create_engine(url, pool_size=pool_size, max_overflow=pool_size,
+                             pool_pre_ping=True, pool_recycle=1800)
+    return create_engine(url)
+
+
+def _require_psycopg() -> None:
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        from jobserver.exceptions import ConfigError
+
+        raise ConfigError("database.url is PostgreSQL but psycopg2 is missing: "
+                          "pip install 'jobserver[postgres]'") from None
+
+
+def _sqlite_engine(url: str) -> Engine:
+    path = url.split("///", 1)[-1]
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Hand transaction control to SQLAlchemy's "begin" hook below.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        readonly = connection.get_execution_options().get(READONLY, False)
+        connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+class store_now(FunctionElement[Any]):
+    """The store's clock, optionally shifted by ``offset`` seconds.
+
+    Node clocks are never compared with each other: heartbeats, timestamps and
+    dead-node checks all use the database server's time.
+    """
+
+    type = UTCDateTime()
+    inherit_cache = True
+
+    def __init__(self, offset: float = 0.0) -> None:
+        super().__init__(bindparam("clock_offset", float(offset), unique=True))
+
+
+@compiles(store_now, "postgresql")
+def _now_postgresql(element: store_now, compiler: Any, **kw: Any) -> str:
+    offset = compiler.process(element.clauses, **kw)
+    return f"(clock_timestamp() + ({offset}) * interval '1 second')"
+
+
+@compiles(store_now, "sqlite")
+def _now_sqlite(element: store_now, compiler: Any, **kw: Any) -> str:
+    offset = compiler.process(element.clauses, **kw)
+    # strftime gives milliseconds; pad to the microseconds SQLAlchemy writes so that
+    # text comparison between the two stays chronological.
+    return (f"(strftime('%Y-%m-%d %H:%M:%f', 'now', ({offset}) || ' seconds') || '000')")
+
+
+class seconds_since(FunctionElement[Any]):
+    """Seconds elapsed on the store's clock since a timestamp column."""
+
+    inherit_cache = True
+
+    def __init__(self, column: Any) -> None:
+        super().__init__(column)
+
+
+@compiles(seconds_since, "postgresql")
+def _since_postgresql(element: seconds_since, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"extract(epoch from (clock_timestamp() - {column}))"
+
+
+@compiles(seconds_since, "sqlite")
+def _since_sqlite(element: seconds_since, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"((julianday('now') - julianday({column})) * 86400.0)"

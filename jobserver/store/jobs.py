@@ -1,0 +1,198 @@
+"""What the API does with jobs: submit, read, list and operator actions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Connection, case, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from jobserver.exceptions import Conflict, IllegalTransition, NotFound
+from jobserver.spec import JobSpec, step_columns
+from jobserver.states import Operation, State, check_transition
+from jobserver.store.engine import store_now
+from jobserver.store.records import EventRecord, JobRecord, StepRecord
+from jobserver.store.tables import events, jobs, record_events, steps
+
+MAX_PAGE = 500
+
+
+class JobRepository:
+    def __init__(self, tx) -> None:
+        self._tx = tx
+
+    # -- submit ---------------------------------------------------------------------
+    def submit(self, spec: JobSpec, dependencies: list[list[str]],
+               idempotency_key: str | None = None,
+               request_hash: str | None = None) -> tuple[JobRecord, bool]:
+        """Insert a READY job; return ``(job, created)``.
+
+        A repeated ``idempotency_key`` returns the first job (``created`` False); the
+        same key with a different request is a :class:`Conflict`.
+        """
+        try:
+            with self._tx.write() as conn:
+                existing = self._by_idempotency_key(conn, idempotency_key, request_hash)
+                if existing is not None:
+                    return self._get(conn, existing), False
+                job_id = self._insert(conn, spec, dependencies, idempotency_key, request_hash)
+                return self._get(conn, job_id), True
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            # A concurrent request with the same key won the insert.
+            with self._tx.read() as conn:
+                existing = self._by_idempotency_key(conn, idempotency_key, request_hash)
+                return self._get(conn, existing), False
+
+    @staticmethod
+    def _by_idempotency_key(conn: Connection, key: str | None, request_hash: str | None):
+        if key is None:
+            return None
+        row = conn.execute(select(jobs.c.id, jobs.c.request_hash)
+                           .where(jobs.c.idempotency_key == key)).first()
+        if row is None:
+            return None
+        if row.request_hash != request_hash:
+            raise Conflict("Idempotency-Key was already used with a different request",
+                           {"field": "Idempotency-Key", "job_id": row.id})
+        return row.id
+
+    @staticmethod
+    def _insert(conn: Connection, spec: JobSpec, dependencies: list[list[str]],
+                idempotency_key: str | None, request_hash: str | None) -> int:
+        job_id = conn.execute(insert(jobs).values(
+            name=spec.name, state=State.READY.value, priority=spec.priority,
+            lock_key=spec.lock_key,
+            assigned_servers=json.dumps(spec.assigned_servers) if spec.assigned_servers else None,
+            params=spec.params, parallelism=spec.parallelism, not_before=spec.not_before,
+            idempotency_key=idempotency_key, request_hash=request_hash, fence=0, attempt=0,
+            created_at=store_now(), updated_at=store_now(),
+        ).returning(jobs.c.id)).scalar_one()
+        conn.execute(insert(steps), [
+            {"job_id": job_id, "position": index, "name": step.name, "type": step.type,
+             "spec": step_columns(step), "depends_on": deps, "retries": step.retries,
+             "retry_backoff": step.retry_backoff, "retryable": step.retryable,
+             "state": State.READY.value, "attempt": 0}
+            for index, (step, deps) in enumerate(zip(spec.steps, dependencies))])
+        record_events(conn, [{"job_id": job_id, "to_state": State.READY, "message": "submitted"}])
+        return job_id
+
+    # -- read -----------------------------------------------------------------------
+    def get(self, job_id: int, with_steps: bool = True) -> JobRecord:
+        with self._tx.read() as conn:
+            return self._get(conn, job_id, with_steps)
+
+    def _get(self, conn: Connection, job_id: int, with_steps: bool = True) -> JobRecord:
+        row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+        if row is None:
+            raise NotFound(f"job {job_id} does not exist", {"job_id": job_id})
+        step_rows = conn.execute(select(steps).where(steps.c.job_id == job_id)
+                                 .order_by(steps.c.position)).mappings().all()
+        step_records = [StepRecord.from_row(s) for s in step_rows]
+        done = sum(1 for s in step_records if s.state is State.SUCCEED)
+        return JobRecord.from_row(row, steps=step_records if with_steps else None,
+                                  steps_done=done, steps_total=len(step_records))
+
+    def list(self, state: State | None = None, name: str | None = None, limit: int = 50,
+             before_id: int | None = None) -> tuple[list[JobRecord], int | None]:
+        """Newest first; returns the page and the id to pass as ``before_id`` next."""
+        limit = max(1, min(limit, MAX_PAGE))
+        query = select(jobs).order_by(jobs.c.id.desc()).limit(limit + 1)
+        if state is not None:
+            query = query.where(jobs.c.state == state.value)
+        if name is not None:
+            query = query.where(jobs.c.name == name)
+        if before_id is not None:
+            query = query.where(jobs.c.id < before_id)
+        with self._tx.read() as conn:
+            rows = conn.execute(query).mappings().all()
+            page = rows[:limit]
+            progress = self._progress(conn, [row["id"] for row in page])
+        records = [JobRecord.from_row(row, steps_done=progress.get(row["id"], (0, 0))[0],
+                                      steps_total=progress.get(row["id"], (0, 0))[1])
+                   for row in page]
+        return records, (page[-1]["id"] if len(rows) > limit else None)
+
+    @staticmethod
+    def _progress(conn: Connection, job_ids: list[int]) -> dict[int, tuple[int, int]]:
+        if not job_ids:
+            return {}
+        done = func.sum(case((steps.c.state == State.SUCCEED.value, 1), else_=0))
+        rows = conn.execute(select(steps.c.job_id, done, func.count())
+                            .where(steps.c.job_id.in_(job_ids)).group_by(steps.c.job_id))
+        return {job_id: (int(d or 0), int(total)) for job_id, d, total in rows}
+
+    def events(self, job_id: int) -> list[EventRecord]:
+        with self._tx.read() as conn:
+            rows = conn.execute(select(events).where(events.c.job_id == job_id)
+                                .order_by(events.c.id)).mappings().all()
+        return [EventRecord.from_row(row) for row in rows]
+
+    def count_by_state(self) -> dict[str, int]:
+        with self._tx.read() as conn:
+            rows = conn.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))
+            return {state: int(count) for state, count in rows}
+
+    # -- operator actions -------------------------------------------------------------
+    def apply(self, job_id: int, operation: Operation) -> JobRecord:
+        """Pause, resume, rerun or discard; :class:`IllegalTransition` names the state."""
+        with self._tx.write() as conn:
+            query = select(jobs.c.state).where(jobs.c.id == job_id)
+            if self._tx.dialect == "postgresql":
+                query = query.with_for_update()
+            current = conn.execute(query).scalar()
+            if current is None:
+                raise NotFound(f"job {job_id} does not exist", {"job_id": job_id})
+            current = State(current)
+            if current not in operation.accepted_from:
+                raise IllegalTransition(current.value, operation.target.value)
+            check_transition(current, operation.target)
+            conn.execute(update(jobs).where(jobs.c.id == job_id)
+                         .values(**_job_values(operation)))
+            changed = _reset_steps(conn, job_id, operation)
+            record_events(conn, [
+                {"job_id": job_id, "from_state": current, "to_state": operation.target,
+                 "message": operation.value}]
+                + [{"job_id": job_id, "step": name, "from_state": old, "to_state": new,
+                    "message": operation.value} for name, old, new in changed])
+            return self._get(conn, job_id)
+
+
+def _job_values(operation: Operation) -> dict[str, Any]:
+    values: dict[str, Any] = {"state": operation.target.value, "updated_at": store_now()}
+    if operation in (Operation.RESUME, Operation.RERUN):
+        values.update(node=None, error=None, started_at=None, finished_at=None)
+    if operation is Operation.DISCARD:
+        values["finished_at"] = store_now()
+    return values
+
+
+# Which step states each operation moves, and where to. Pause leaves running steps
+# alone: their runner kills them and records STOPPED with the audit of the attempt.
+_STEP_RESETS: dict[Operation, tuple[frozenset[State], State]] = {
+    Operation.RESUME: (frozenset({State.ERROR, State.STOPPED, State.RUNNING}), State.READY),
+    Operation.RERUN: (frozenset(State) - {State.READY}, State.READY),
+    Operation.DISCARD: (frozenset({State.READY, State.RUNNING, State.ERROR, State.STOPPED}),
+                        State.DISCARDED),
+}
+
+_RERUN_CLEARED = {"attempt": 0, "started_at": None, "finished_at": None, "exit_code": None,
+                  "output": None, "error": None, "wall_seconds": None, "cpu_seconds": None,
+                  "peak_rss_kb": None, "metrics": None}
+
+
+def _reset_steps(conn: Connection, job_id: int,
+                 operation: Operation) -> list[tuple[str, str, State]]:
+    if operation not in _STEP_RESETS:
+        return []
+    sources, target = _STEP_RESETS[operation]
+    where = (steps.c.job_id == job_id) & steps.c.state.in_([s.value for s in sources])
+    rows = conn.execute(select(steps.c.name, steps.c.state).where(where)).all()
+    if rows:
+        values: dict[str, Any] = {"state": target.value}
+        if operation is Operation.RERUN:
+            values.update(_RERUN_CLEARED)
+        conn.execute(update(steps).where(where).values(**values))
+    return [(name, state, target) for name, state in rows]

@@ -1,0 +1,164 @@
+"""The metadata schema. Alembic migrations in ``migrations/`` must match it exactly
+(``tests/unit/test_migrations.py`` diffs the two)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer,
+                        MetaData, String, Text, TypeDecorator, UniqueConstraint, text)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# A BIGINT primary key autoincrements on PostgreSQL; SQLite only does so for INTEGER.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC on the way out, whatever the dialect stores.
+
+    PostgreSQL stores ``timestamptz``; SQLite stores naive UTC text. Values written by
+    the store's own clock (see ``engine.store_now``) and by Python compare correctly
+    on both.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are not stored; use UTC-aware values")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(16))
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    lock_key: Mapped[str | None] = mapped_column(String(200))
+    # JSON text of the server ids allowed to run the job; NULL means any node.
+    assigned_servers: Mapped[str | None] = mapped_column(Text)
+    params: Mapped[dict] = mapped_column(JSON, default=dict)
+    parallelism: Mapped[int] = mapped_column(Integer, default=1)
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    # The claim token: which node runs the job, under which lease (fence), which run.
+    node: Mapped[str | None] = mapped_column(String(100))
+    fence: Mapped[int] = mapped_column(BigInteger, default=0)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index("ix_jobs_running_node", "node",
+              postgresql_where=text("state = 'RUNNING'"), sqlite_where=text("state = 'RUNNING'")),
+        Index("ix_jobs_state_id", "state", "id"),
+        Index("ix_jobs_name_id", "name", "id"),
+    )
+
+
+# Claiming reads READY rows in (priority DESC, id) order: a partial index in exactly that
+# order keeps a claim an index range scan however many finished jobs the table holds.
+Index("ix_jobs_ready", JobRow.priority.desc(), JobRow.id,
+      postgresql_where=text("state = 'READY'"), sqlite_where=text("state = 'READY'"))
+
+
+class StepRow(Base):
+    __tablename__ = "steps"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(100))
+    type: Mapped[str] = mapped_column(String(32))
+    spec: Mapped[dict] = mapped_column(JSON, default=dict)
+    depends_on: Mapped[list] = mapped_column(JSON, default=list)
+    retries: Mapped[int] = mapped_column(Integer, default=0)
+    retry_backoff: Mapped[float] = mapped_column(Float, default=1.0)
+    retryable: Mapped[bool] = mapped_column(Boolean, default=True)
+    state: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    output: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    wall_seconds: Mapped[float | None] = mapped_column(Float)
+    cpu_seconds: Mapped[float | None] = mapped_column(Float)
+    peak_rss_kb: Mapped[int | None] = mapped_column(BigInteger)
+    metrics: Mapped[dict | None] = mapped_column(JSON)
+
+    __table_args__ = (UniqueConstraint("job_id", "name"), Index("ix_steps_job_id", "job_id"))
+
+
+class JobEventRow(Base):
+    """The audit trail: one row for every job and step state change."""
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    step: Mapped[str | None] = mapped_column(String(100))
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    node: Mapped[str | None] = mapped_column(String(100))
+    fence: Mapped[int | None] = mapped_column(BigInteger)
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    message: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+
+
+class ServerRow(Base):
+    __tablename__ = "servers"
+
+    id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    mode: Mapped[str] = mapped_column(String(16))
+    role: Mapped[str] = mapped_column(String(16), default="standby")
+    state: Mapped[str] = mapped_column(String(16), default="alive")
+    capacity: Mapped[int] = mapped_column(Integer)
+    running: Mapped[int] = mapped_column(Integer, default=0)
+    tags: Mapped[dict] = mapped_column(JSON, default=dict)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class LockEpochRow(Base):
+    """Fence sources for lock backends without their own (file, postgres)."""
+
+    __tablename__ = "lock_epochs"
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0)

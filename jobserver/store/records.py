@@ -1,0 +1,159 @@
+"""Plain records passed between the store and the rest of jobserver.
+
+Nothing outside ``jobserver.store`` sees a SQLAlchemy row or session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobserver.states import State
+
+
+def _from_mapping(cls: type, mapping: Any, **extra: Any) -> Any:
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    values = {name: mapping[name] for name in names if name in mapping}
+    values.update(extra)
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class ClaimToken:
+    """What a node proves on every write of a job it runs.
+
+    ``fence`` is the lease's fence token; ``attempt`` tells this run from a later one
+    of the same job (after resume or rescue). A write whose token no longer matches
+    the job row is refused (:class:`~jobserver.exceptions.FencedOff`).
+    """
+
+    job_id: int
+    node: str
+    fence: int
+    attempt: int
+
+
+@dataclass
+class StepRecord:
+    id: int
+    job_id: int
+    position: int
+    name: str
+    type: str
+    spec: dict[str, Any]
+    depends_on: list[str]
+    retries: int
+    retry_backoff: float
+    retryable: bool
+    state: State
+    attempt: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    output: str | None = None
+    error: str | None = None
+    wall_seconds: float | None = None
+    cpu_seconds: float | None = None
+    peak_rss_kb: int | None = None
+    metrics: dict[str, Any] | None = None
+
+    @classmethod
+    def from_row(cls, mapping: Any) -> StepRecord:
+        return _from_mapping(cls, mapping, state=State(mapping["state"]))
+
+
+@dataclass
+class JobRecord:
+    id: int
+    name: str
+    state: State
+    priority: int
+    lock_key: str | None
+    assigned_servers: list[str] | None
+    params: dict[str, Any]
+    parallelism: int
+    not_before: datetime | None
+    node: str | None
+    fence: int
+    attempt: int
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    steps_done: int = 0
+    steps_total: int = 0
+    steps: list[StepRecord] | None = None
+
+    @classmethod
+    def from_row(cls, mapping: Any, **extra: Any) -> JobRecord:
+        import json
+
+        assigned = mapping["assigned_servers"]
+        return _from_mapping(cls, mapping, state=State(mapping["state"]),
+                             assigned_servers=json.loads(assigned) if assigned else None,
+                             **extra)
+
+    def token(self) -> ClaimToken:
+        assert self.node is not None, "only a claimed job has a claim token"
+        return ClaimToken(self.id, self.node, self.fence, self.attempt)
+
+
+@dataclass
+class StepOutcome:
+    """How one attempt of a step ended, with its runtime audit."""
+
+    state: State
+    exit_code: int | None = None
+    output: str | None = None
+    error: str | None = None
+    wall_seconds: float | None = None
+    cpu_seconds: float | None = None
+    peak_rss_kb: int | None = None
+    metrics: dict[str, Any] | None = None
+    retryable: bool = True
+
+    def columns(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in (
+            "exit_code", "output", "error", "wall_seconds", "cpu_seconds", "peak_rss_kb",
+            "metrics")} | {"state": self.state.value}
+
+
+@dataclass
+class ServerRecord:
+    id: str
+    host: str
+    pid: int
+    mode: str
+    role: str
+    state: str
+    capacity: int
+    running: int
+    started_at: datetime
+    heartbeat_at: datetime
+    heartbeat_age: float
+    tags: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, mapping: Any) -> ServerRecord:
+        return _from_mapping(cls, mapping, heartbeat_age=float(mapping["heartbeat_age"]))
+
+
+@dataclass
+class EventRecord:
+    id: int
+    job_id: int
+    step: str | None
+    from_state: str | None
+    to_state: str
+    node: str | None
+    fence: int | None
+    attempt: int | None
+    message: str | None
+    at: datetime
+
+    @classmethod
+    def from_row(cls, mapping: Any) -> EventRecord:
+        return _from_mapping(cls, mapping)

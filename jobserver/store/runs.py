@@ -1,0 +1,190 @@
+"""What schedulers and runners do with jobs: claim, run steps, finish, rescue.
+
+Every write after the claim is a compare-and-set on the claim token
+(node, fence, attempt). When it updates nothing, :meth:`_refusal` tells why: the job
+moved to another owner (:class:`FencedOff`) or an operator changed it (the write is
+simply dropped and the caller stops).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, and_, exists, or_, select, update
+
+from jobserver.exceptions import FencedOff
+from jobserver.states import State
+from jobserver.store.engine import store_now
+from jobserver.store.records import ClaimToken, JobRecord, StepOutcome, StepRecord
+from jobserver.store.tables import jobs, record_events, steps
+
+
+def _owned(token: ClaimToken):
+    return and_(jobs.c.id == token.job_id, jobs.c.node == token.node,
+                jobs.c.fence == token.fence, jobs.c.attempt == token.attempt)
+
+
+def _like_escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+class RunRepository:
+    def __init__(self, tx) -> None:
+        self._tx = tx
+
+    # -- claim ------------------------------------------------------------------------
+    def claim(self, node: str, fence: int, limit: int) -> list[JobRecord]:
+        """Atomically move up to ``limit`` runnable READY jobs to RUNNING on ``node``.
+
+        Highest priority first, then oldest. One UPDATE; on PostgreSQL the candidate
+        rows are locked with SKIP LOCKED so concurrent claimers never wait on each other.
+        """
+        pattern = "%" + _like_escape(json.dumps(node)) + "%"
+        candidates = (select(jobs.c.id)
+                      .where(jobs.c.state == State.READY.value,
+                             or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()),
+                             or_(jobs.c.assigned_servers.is_(None),
+                                 jobs.c.assigned_servers.like(pattern, escape="\\")))
+                      .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
+        if self._tx.dialect == "postgresql":
+            candidates = candidates.with_for_update(skip_locked=True)
+        with self._tx.write() as conn:
+            rows = conn.execute(
+                update(jobs)
+                .where(jobs.c.id.in_(candidates), jobs.c.state == State.READY.value)
+                .values(state=State.RUNNING.value, node=node, fence=fence,
+                        attempt=jobs.c.attempt + 1, error=None, started_at=store_now(),
+                        finished_at=None, updated_at=store_now())
+                .returning(*jobs.c)).mappings().all()
+            if not rows:
+                return []
+            claimed = self._with_steps(conn, rows)
+            record_events(conn, [{"job_id": job.id, "from_state": State.READY,
+                                  "to_state": State.RUNNING, "node": node, "fence": fence,
+                                  "attempt": job.attempt} for job in claimed])
+        return claimed
+
+    @staticmethod
+    def _with_steps(conn: Connection, rows: list[Any]) -> list[JobRecord]:
+        ids = [row["id"] for row in rows]
+        by_job: dict[int, list[StepRecord]] = {job_id: [] for job_id in ids}
+        for step in conn.execute(select(steps).where(steps.c.job_id.in_(ids))
+                                 .order_by(steps.c.job_id, steps.c.position)).mappings():
+            by_job[step["job_id"]].append(StepRecord.from_row(step))
+        records = [JobRecord.from_row(row, steps=by_job[row["id"]]) for row in rows]
+        return sorted(records, key=lambda job: (-job.priority, job.id))
+
+    # -- steps ------------------------------------------------------------------------
+    def start_step(self, token: ClaimToken, step: StepRecord) -> int | None:
+        """READY -> RUNNING for one step; return its attempt number.
+
+        Returns None when an operator stopped the job; raises :class:`FencedOff` when
+        the job has another owner.
+        """
+        job_running = exists().where(_owned(token), jobs.c.state == State.RUNNING.value)
+        with self._tx.write() as conn:
+            attempt = conn.execute(
+                update(steps)
+                .where(steps.c.id == step.id, steps.c.state == State.READY.value, job_running)
+                .values(state=State.RUNNING.value, attempt=steps.c.attempt + 1,
+                        started_at=store_now(), finished_at=None, exit_code=None, error=None)
+                .returning(steps.c.attempt)).scalar()
+            if attempt is None:
+                self._refusal(conn, token)
+                return None
+            record_events(conn, [_step_event(token, step.name, State.READY, State.RUNNING,
+                                             attempt)])
+            return int(attempt)
+
+    def finish_step(self, token: ClaimToken, step: StepRecord, attempt: int,
+                    outcome: StepOutcome, message: str | None = None) -> bool:
+        """Record how a RUNNING step ended (READY when it will be retried).
+
+        Returns False when an operator already moved the step (discard); raises
+        :class:`FencedOff` when the job has another owner.
+        """
+        with self._tx.write() as conn:
+            result = conn.execute(
+                update(steps)
+                .where(steps.c.id == step.id, steps.c.state == State.RUNNING.value,
+                       exists().where(_owned(token)))
+                .values(finished_at=store_now(), **outcome.columns()))
+            if result.rowcount == 0:
+                self._refusal(conn, token)
+                return False
+            record_events(conn, [_step_event(token, step.name, State.RUNNING, outcome.state,
+                                             attempt, message or outcome.error)])
+            return True
+
+    # -- jobs -------------------------------------------------------------------------
+    def finish_job(self, token: ClaimToken, state: State, error: str | None = None) -> bool:
+        """RUNNING -> SUCCEED/ERROR. False when an operator changed the job meanwhile."""
+        with self._tx.write() as conn:
+            result = conn.execute(
+                update(jobs).where(_owned(token), jobs.c.state == State.RUNNING.value)
+                .values(state=state.value, error=error, finished_at=store_now(),
+                        updated_at=store_now()))
+            if result.rowcount == 0:
+                self._refusal(conn, token)
+                return False
+            record_events(conn, [{"job_id": token.job_id, "from_state": State.RUNNING,
+                                  "to_state": state, "node": token.node, "fence": token.fence,
+                                  "attempt": token.attempt, "message": error}])
+            return True
+
+    def release(self, token: ClaimToken, message: str) -> bool:
+        """RUNNING -> READY for a job this node claimed but will not run (drain)."""
+        with self._tx.write() as conn:
+            result = conn.execute(
+                update(jobs).where(_owned(token), jobs.c.state == State.RUNNING.value)
+                .values(state=State.READY.value, node=None, updated_at=store_now()))
+            if result.rowcount:
+                record_events(conn, [{"job_id": token.job_id, "from_state": State.RUNNING,
+                                      "to_state": State.READY, "node": token.node,
+                                      "fence": token.fence, "attempt": token.attempt,
+                                      "message": message}])
+            return bool(result.rowcount)
+
+    def watch(self, tokens: Iterable[ClaimToken]) -> dict[int, str]:
+        """For jobs this node runs, say which must stop and why.
+
+        Returns ``{job_id: reason}`` with reason ``STOPPED``/``DISCARDED``/... for an
+        operator action, or ``fenced`` when another owner holds the job now. Jobs that
+        are still ours and RUNNING are absent.
+        """
+        tokens = {token.job_id: token for token in tokens}
+        if not tokens:
+            return {}
+        with self._tx.read() as conn:
+            rows = conn.execute(select(jobs.c.id, jobs.c.state, jobs.c.node, jobs.c.fence,
+                                       jobs.c.attempt).where(jobs.c.id.in_(list(tokens))))
+            found = {row.id: row for row in rows}
+        verdicts = {}
+        for job_id, token in tokens.items():
+            row = found.get(job_id)
+            if row is None:
+                verdicts[job_id] = "deleted"
+            elif (row.node, row.fence, row.attempt) != (token.node, token.fence, token.attempt):
+                verdicts[job_id] = "fenced"
+            elif row.state != State.RUNNING.value:
+                verdicts[job_id] = row.state
+        return verdicts
+
+    @staticmethod
+    def _refusal(conn: Connection, token: ClaimToken) -> None:
+        row = conn.execute(select(jobs.c.node, jobs.c.fence, jobs.c.attempt, jobs.c.state)
+                           .where(jobs.c.id == token.job_id)).first()
+        if row is None or (row.node, row.fence, row.attempt) != (
+                token.node, token.fence, token.attempt):
+            owner = "nobody" if row is None or row.node is None else (
+                f"node {row.node} (fence {row.fence}, attempt {row.attempt})")
+            raise FencedOff(f"job {token.job_id}: write under fence {token.fence} refused; "
+                            f"the job now belongs to {owner}")
+
+
+def _step_event(token: ClaimToken, step: str, old: State, new: State, attempt: int,
+                message: str | None = None) -> dict[str, Any]:
+    return {"job_id": token.job_id, "step": step, "from_state": old, "to_state": new,
+            "node": token.node, "fence": token.fence, "attempt": attempt, "message": message}

@@ -1,0 +1,114 @@
+"""Nodes: registration, heartbeats on the store's clock, and rescue of their orphans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from jobserver.states import State
+from jobserver.store.engine import seconds_since, store_now
+from jobserver.store.records import ServerRecord
+from jobserver.store.tables import jobs, record_events, servers, steps
+
+
+class ServerRepository:
+    def __init__(self, tx) -> None:
+        self._tx = tx
+
+    def register(self, server_id: str, host: str, pid: int, mode: str, capacity: int,
+                 tags: dict[str, Any] | None = None) -> None:
+        values = {"host": host, "pid": pid, "mode": mode, "role": "standby", "state": "alive",
+                  "capacity": capacity, "running": 0, "tags": tags or {},
+                  "started_at": store_now(), "heartbeat_at": store_now()}
+        with self._tx.write() as conn:
+            updated = conn.execute(update(servers).where(servers.c.id == server_id)
+                                   .values(**values)).rowcount
+            if not updated:
+                conn.execute(insert(servers).values(id=server_id, **values))
+
+    def heartbeat(self, server_id: str, running: int, role: str) -> bool:
+        """Stamp the node alive; False if its row vanished (the caller re-registers)."""
+        with self._tx.write() as conn:
+            return bool(conn.execute(
+                update(servers).where(servers.c.id == server_id)
+                .values(heartbeat_at=store_now(), running=running, role=role,
+                        state="alive")).rowcount)
+
+    def set_role(self, server_id: str, role: str) -> None:
+        with self._tx.write() as conn:
+            conn.execute(update(servers).where(servers.c.id == server_id).values(role=role))
+
+    def mark_stopped(self, server_id: str) -> None:
+        with self._tx.write() as conn:
+            conn.execute(update(servers).where(servers.c.id == server_id)
+                         .values(state="stopped", role="standby", running=0))
+
+    def list(self) -> list[ServerRecord]:
+        with self._tx.read() as conn:
+            rows = conn.execute(select(servers, seconds_since(servers.c.heartbeat_at)
+                                       .label("heartbeat_age"))
+                                .order_by(servers.c.id)).mappings().all()
+        return [ServerRecord.from_row(row) for row in rows]
+
+    def nodes_running_jobs(self) -> set[str]:
+        """Nodes that own at least one RUNNING job (candidates for orphan checks)."""
+        with self._tx.read() as conn:
+            rows = conn.execute(select(jobs.c.node).distinct()
+                                .where(jobs.c.state == State.RUNNING.value,
+                                       jobs.c.node.is_not(None)))
+            return {row[0] for row in rows}
+
+    def stale(self, node_ids: set[str], dead_after: float) -> set[str]:
+        """Of ``node_ids``, those with no live row: missing, stopped, or heartbeat too old."""
+        if not node_ids:
+            return set()
+        with self._tx.read() as conn:
+            fresh = conn.execute(select(servers.c.id).where(
+                servers.c.id.in_(list(node_ids)), servers.c.state == "alive",
+                servers.c.heartbeat_at >= store_now(-dead_after)))
+            return node_ids - {row[0] for row in fresh}
+
+    def requeue_orphans(self, node_id: str, rescuer: str) -> list[tuple[int, State]]:
+        """Re-queue (or fail) every job RUNNING on a dead node; exactly once per job.
+
+        Each job is a compare-and-set on (id, node, fence, attempt), so two rescuers
+        never both move it. A job whose running step is ``retryable: false`` goes to
+        ERROR instead of READY. Returns ``[(job_id, new_state)]``.
+        """
+        with self._tx.write() as conn:
+            orphans = conn.execute(select(jobs.c.id, jobs.c.fence, jobs.c.attempt)
+                                   .where(jobs.c.state == State.RUNNING.value,
+                                          jobs.c.node == node_id)).all()
+            return [(job.id, state) for job in orphans
+                    if (state := _requeue(conn, job, node_id, rescuer)) is not None]
+
+
+def _requeue(conn: Connection, job: Any, node_id: str, rescuer: str) -> State | None:
+    running = conn.execute(select(steps.c.id, steps.c.name, steps.c.retryable)
+                           .where(steps.c.job_id == job.id,
+                                  steps.c.state == State.RUNNING.value)).all()
+    fatal = [step.name for step in running if not step.retryable]
+    target = State.ERROR if fatal else State.READY
+    message = (f"node {node_id} died while non-retryable step(s) {', '.join(fatal)} ran"
+               if fatal else f"node {node_id} died; re-queued by {rescuer}")
+    values: dict[str, Any] = {"state": target.value, "node": None, "updated_at": store_now()}
+    if fatal:
+        values.update(error=message, finished_at=store_now())
+    moved = conn.execute(update(jobs).where(
+        jobs.c.id == job.id, jobs.c.state == State.RUNNING.value, jobs.c.node == node_id,
+        jobs.c.fence == job.fence, jobs.c.attempt == job.attempt).values(**values)).rowcount
+    if not moved:
+        return None
+    step_events = []
+    for step in running:
+        step_state = State.ERROR if not step.retryable else State.READY
+        conn.execute(update(steps).where(steps.c.id == step.id).values(
+            state=step_state.value, finished_at=store_now(),
+            error=message if step_state is State.ERROR else None))
+        step_events.append({"job_id": job.id, "step": step.name, "from_state": State.RUNNING,
+                            "to_state": step_state, "node": rescuer, "message": message})
+    record_events(conn, [{"job_id": job.id, "from_state": State.RUNNING, "to_state": target,
+                          "node": rescuer, "fence": job.fence, "attempt": job.attempt,
+                          "message": message}] + step_events)
+    return target

@@ -1,0 +1,31 @@
+"""Table handles and the audit-trail writer shared by the repositories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, insert
+
+from jobserver.store.engine import store_now
+from jobserver.store.models import JobEventRow, JobRow, LockEpochRow, ServerRow, StepRow
+
+jobs = JobRow.__table__
+steps = StepRow.__table__
+events = JobEventRow.__table__
+servers = ServerRow.__table__
+epochs = LockEpochRow.__table__
+
+_EVENT_FIELDS = ("job_id", "step", "from_state", "to_state", "node", "fence", "attempt",
+                 "message")
+
+
+def record_events(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Append audit rows (one per state change) in the caller's transaction."""
+    if not rows:
+        return
+    params = [{name: _plain(row.get(name)) for name in _EVENT_FIELDS} for row in rows]
+    conn.execute(insert(events).values(at=store_now()), params)
+
+
+def _plain(value: Any) -> Any:
+    return getattr(value, "value", value)

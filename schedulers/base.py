@@ -1,0 +1,118 @@
+"""The scheduler interface and the claim/run core every mode shares.
+
+A scheduler decides *when this node may claim* (holding the global lock, holding a
+segment lock, or being the leader); claiming itself is always the store's atomic
+compare-and-set with the lease's fence, and running is always the node's runner.
+
+Modes are small subclasses: they implement :meth:`Scheduler.run`, a loop that ends
+when ``ctx.stopping`` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from jobserver.config import Config, SchedulerMode
+from jobserver.runner import Runner
+from jobserver.store import Store
+from locks.base import LockBackend
+
+log = logging.getLogger(__name__)
+
+
+def presence_key(node_id: str) -> str:
+    """The lock each node holds for its lifetime; free means the node is gone."""
+    return f"node/{node_id}"
+
+
+@dataclass
+class SchedulerContext:
+    """Everything a scheduler works with; built by :class:`jobserver.node.Node`."""
+
+    config: Config
+    node_id: str
+    store: Store
+    locks: LockBackend
+    runner: Runner
+    wake: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+
+class Scheduler(ABC):
+    mode: SchedulerMode
+
+    def __init__(self, ctx: SchedulerContext) -> None:
+        self.ctx = ctx
+        self.active = False
+        self.orphans_rescued = 0
+
+    @abstractmethod
+    def run(self) -> None:
+        """Schedule until ``ctx.stopping`` is set; release every lock before returning."""
+
+    @property
+    def role(self) -> str:
+        return "active" if self.active else "standby"
+
+    # -- the shared core -----------------------------------------------------------------
+    def dispatch(self, fence: int) -> int:
+        """Claim as many READY jobs as the runner has free slots; start them."""
+        room = min(self.ctx.runner.free_slots(), self.ctx.config.scheduler.claim_batch)
+        if room <= 0:
+            return 0
+        jobs = self.ctx.store.runs.claim(self.ctx.node_id, fence, room)
+        for job in jobs:
+            log.info("claimed job %s (%s) attempt %s", job.id, job.name, job.attempt,
+                     extra={"job_id": job.id, "fence": fence, "attempt": job.attempt})
+            self.ctx.runner.submit(job)
+        return len(jobs)
+
+    def rescue_orphans(self) -> int:
+        """Re-queue jobs RUNNING on dead nodes. A node is dead when its presence lock
+        is free or its heartbeat (store clock) is older than ``server.dead_after``.
+
+        Any failed read raises before anything is moved, so a store outage never
+        leads to rescuing a live node's jobs.
+        """
+        candidates = self.ctx.store.servers.nodes_running_jobs() - {self.ctx.node_id}
+        if not candidates:
+            return 0
+        dead = self.ctx.store.servers.stale(candidates, self.ctx.config.server.dead_after)
+        dead |= {node for node in candidates - dead
+                 if self.ctx.locks.is_held(presence_key(node)) is False}
+        moved = 0
+        for node in sorted(dead):
+            for job_id, state in self.ctx.store.servers.requeue_orphans(node, self.ctx.node_id):
+                log.warning("job %s was running on dead node %s: now %s", job_id, node, state)
+                moved += 1
+        self.orphans_rescued += moved
+        return moved
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Sleep until woken (a slot freed, a submit notified) or ``timeout``."""
+        self.ctx.wake.wait(timeout)
+        self.ctx.wake.clear()
+
+    def pause_after_error(self, what: str) -> None:
+        log.warning("%s failed; retrying in %.1f s", what,
+                    self.ctx.config.scheduler.poll_interval, exc_info=True)
+        self.ctx.stopping.wait(self.ctx.config.scheduler.poll_interval)
+
+
+class Ticker:
+    """Says when a periodic chore is due, on the monotonic clock."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._next = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.interval
+            return True
+        return False

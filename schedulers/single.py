@@ -1,0 +1,66 @@
+"""``single`` mode (Kylin's DefaultScheduler): one global lock, one active scheduler.
+
+Every node runs this loop. The one holding the global job-engine lock claims and runs
+jobs; the others serve the API and wait on the lock, taking over as soon as the
+backend frees it (holder's process died, session expired, or it stopped). Unlike
+Kylin, a standby does not fail to start: it waits.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from jobserver.config import SchedulerMode
+from locks.base import Lease
+from schedulers.base import Scheduler, Ticker
+
+log = logging.getLogger(__name__)
+
+GLOBAL_LOCK = "scheduler/global"
+LOCK_WAIT = 0.25
+
+
+class SingleScheduler(Scheduler):
+    mode = SchedulerMode.SINGLE
+
+    def run(self) -> None:
+        while not self.ctx.stopping.is_set():
+            try:
+                lease = self.ctx.locks.acquire(GLOBAL_LOCK, blocking=True, timeout=LOCK_WAIT)
+            except Exception:
+                self.pause_after_error("acquiring the global lock")
+                continue
+            if lease is None:
+                continue
+            try:
+                self._schedule(lease)
+            finally:
+                self.active = False
+                lease.release()
+                log.info("released the global lock (fence %s)", lease.fence)
+
+    def _schedule(self, lease: Lease) -> None:
+        log.info("node %s is the active scheduler (fence %s)", self.ctx.node_id, lease.fence)
+        lease.on_lost(lambda _lease: self.ctx.wake.set())
+        self.active = True
+        self._announce("active")
+        rescue = Ticker(self.ctx.config.server.heartbeat_interval)
+        poll = self.ctx.config.scheduler.poll_interval
+        while not self.ctx.stopping.is_set() and lease.is_valid():
+            try:
+                if rescue.due():
+                    self.rescue_orphans()
+                claimed = self.dispatch(lease.fence)
+            except Exception:
+                self.pause_after_error("scheduling")
+                continue
+            if claimed == 0 or self.ctx.runner.free_slots() == 0:
+                self.wait_for_work(poll)
+        if not lease.is_valid():
+            log.error("lost the global lock (fence %s): stopped claiming", lease.fence)
+
+    def _announce(self, role: str) -> None:
+        try:
+            self.ctx.store.servers.set_role(self.ctx.node_id, role)
+        except Exception:
+            log.warning("could not record role %s", role, exc_info=True)

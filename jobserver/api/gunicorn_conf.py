@@ -1,0 +1,23 @@
+"""Gunicorn settings module used by ``jobserver serve`` (``-c python:...``).
+
+The arbiter asks the kernel to SIGTERM it when the node process that started it dies,
+so a ``kill -9`` of a node leaves no orphaned API behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+PR_SET_PDEATHSIG = 1
+
+
+def on_starting(server) -> None:  # gunicorn hook, runs in the arbiter
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return  # not Linux: stop the API by hand if the node is killed
+    parent = os.environ.get("JOBSERVER_PARENT_PID")
+    if parent and os.getppid() != int(parent):
+        os.kill(os.getpid(), signal.SIGTERM)  # the node died before we could ask

@@ -1,0 +1,179 @@
+"""The ``jobserver`` command line.
+
+Server commands (``serve``, ``cluster``, ``db upgrade``) read the config; client
+commands talk to the API with ``--url``/``JOBSERVER_URL`` and
+``--token``/``JOBSERVER_TOKEN`` (falling back to the config and the token file that
+``jobserver cluster`` writes). Exit codes: 0 success, 1 the API refused, 2 bad usage
+or configuration, 3 a node stopped without draining.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from jobserver.config import Config, load_config
+from jobserver.exceptions import ConfigError, JobServerError
+
+EXIT_API, EXIT_USAGE = 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jobserver", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="TOML config file (default: $JOBSERVER_CONFIG)")
+    parser.add_argument("--log-level", default="INFO")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="run one node: scheduler, runner and the HTTP API")
+    cluster = sub.add_parser("cluster", help="run N nodes on this host (embedded default)")
+    cluster.add_argument("--nodes", type=int, default=3)
+    cluster.add_argument("--demo", action="store_true", help="submit the demo jobs")
+    db = sub.add_parser("db", help="database schema")
+    db.add_argument("action", choices=["upgrade"])
+    for name, text in (("submit", "submit a job spec (JSON file, or - for stdin)"),):
+        command = sub.add_parser(name, help=text)
+        command.add_argument("file")
+        command.add_argument("--idempotency-key")
+    jobs = sub.add_parser("jobs", help="list jobs, newest first")
+    jobs.add_argument("--state")
+    jobs.add_argument("--name")
+    jobs.add_argument("--limit", type=int, default=20)
+    job = sub.add_parser("job", help="show one job with its steps")
+    job.add_argument("id", type=int)
+    for action in ("pause", "resume", "rerun", "discard"):
+        command = sub.add_parser(action, help=f"{action} a job")
+        command.add_argument("id", type=int)
+    for command in sub.choices.values():
+        if command.prog.split()[-1] in {"submit", "jobs", "job", "pause", "resume", "rerun",
+                                        "discard"}:
+            command.add_argument("--url", default=os.environ.get("JOBSERVER_URL"))
+            command.add_argument("--token", default=os.environ.get("JOBSERVER_TOKEN"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    try:
+        return _dispatch(args)
+    except ConfigError as exc:
+        print(f"jobserver: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except JobServerError as exc:
+        print(f"jobserver: {exc.message}", file=sys.stderr)
+        if exc.details:
+            print(json.dumps(exc.details, indent=2), file=sys.stderr)
+        return EXIT_API
+    except KeyboardInterrupt:
+        return 130
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def _terminate_as_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        from jobserver.serve import serve
+
+        return serve(load_config(args.config))
+    if args.command == "cluster":
+        return _cluster(load_config(args.config), args.nodes, args.demo)
+    if args.command == "db":
+        from jobserver.store import Store
+
+        Store(load_config(args.config).database_url).upgrade()
+        print("database schema is up to date")
+        return 0
+    return _client_command(args)
+
+
+def _cluster(config: Config, nodes: int, demo: bool) -> int:
+    from jobserver.cluster import LocalCluster
+
+    if not 1 <= nodes <= 16:
+        raise ConfigError("--nodes must be between 1 and 16")
+    host, port = config.api.bind.rsplit(":", 1)
+    if _port_in_use(host, int(port)):
+        raise ConfigError(f"api.bind: {config.api.bind} is already in use")
+    cluster = LocalCluster(config, nodes)
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    try:
+        cluster.start()
+        ids = cluster.submit_demo_jobs() if demo else []
+        print(cluster.banner(ids), flush=True)
+        cluster.supervise()
+    finally:
+        cluster.stop()
+    return 0
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((host, port)) == 0
+
+
+def _client(args: argparse.Namespace):
+    from jobserver.client import Client
+
+    config = _client_config(args.config)
+    url = args.url or f"http://{config.api.bind if config else '127.0.0.1:8080'}"
+    token = args.token or (config.api.tokens[0] if config and config.api.tokens else None)
+    if token is None:
+        data_dir = config.data_dir if config else Path(".jobserver")
+        token_file = data_dir / "api-token"
+        token = token_file.read_text().strip() if token_file.exists() else None
+    return Client(url, token)
+
+
+def _client_config(path: str | None) -> Config | None:
+    try:
+        return load_config(path)
+    except ConfigError:
+        return None
+
+
+def _client_command(args: argparse.Namespace) -> int:
+    client = _client(args)
+    if args.command == "submit":
+        spec = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        _print(client.submit(spec, args.idempotency_key))
+    elif args.command == "jobs":
+        page = client.jobs(state=args.state, name=args.name, limit=args.limit)
+        print(_table(page["jobs"]))
+    elif args.command == "job":
+        _print(client.job(args.id))
+    else:
+        _print(client.operate(args.id, args.command))
+    return 0
+
+
+def _print(body: Any) -> None:
+    print(json.dumps(body, indent=2))
+
+
+def _table(jobs: list[dict[str, Any]]) -> str:
+    rows = [("ID", "NAME", "STATE", "PROGRESS", "ATTEMPT", "NODE", "CREATED")]
+    for job in jobs:
+        progress = f"{job['progress']['done']}/{job['progress']['total']}"
+        rows.append((str(job["id"]), job["name"][:30], job["state"], progress,
+                     str(job["attempt"]), job["node"] or "-", job["created_at"] or ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""A small HTTP client for the CLI (standard library only)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from jobserver.exceptions import JobServerError
+
+
+class ApiError(JobServerError):
+    """The API answered with an error; ``status`` and the server's error body."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        error = body.get("error") or {}
+        super().__init__(error.get("message") or f"HTTP {status}", error.get("details"))
+        self.status = status
+        self.code = error.get("code", "error")
+
+
+class Client:
+    def __init__(self, url: str, token: str | None, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None,
+                headers: dict[str, str] | None = None,
+                query: dict[str, Any] | None = None) -> dict[str, Any]:
+        url = self.url + path
+        if query:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        data = None if body is None else (body if isinstance(body, bytes)
+                                          else json.dumps(body).encode())
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            try:
+                payload = json.loads(exc.read() or b"{}")
+            except ValueError:
+                payload = {}
+            raise ApiError(exc.code, payload) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise JobServerError(f"cannot reach the API at {self.url}: {reason}") from None
+
+    def submit(self, spec: bytes, idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self.request("POST", "/api/v1/jobs", spec, headers)
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/jobs/{job_id}")
+
+    def jobs(self, **query: Any) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/jobs", query=query)
+
+    def operate(self, job_id: int, action: str) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/jobs/{job_id}/{action}")
+
+    def cluster(self) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/cluster")
+
+    def healthy(self) -> bool:
+        try:
+            self.request("GET", "/healthz")
+            return True
+        except JobServerError:
+            return False

@@ -1,0 +1,134 @@
+"""``jobserver cluster --nodes N``: N nodes on this host on the embedded default.
+
+All nodes share one SQLite file and file locks under ``data_dir`` and serve the API on
+one port (``SO_REUSEPORT``), so the API keeps answering when any node dies. The
+launcher generates an API token on first use (kept in ``data_dir/api-token``, mode
+0600), prints it, and supervises the nodes until interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from jobserver.client import Client
+from jobserver.config import Config
+from jobserver.exceptions import JobServerError
+from jobserver.store import Store
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+START_TIMEOUT = 60.0
+
+
+def cluster_token(config: Config) -> str:
+    if config.api.tokens:
+        return config.api.tokens[0]
+    path = config.data_dir / "api-token"
+    if path.exists():
+        return path.read_text().strip()
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+def node_env(config: Config, index: int, token: str) -> dict[str, str]:
+    return dict(os.environ,
+                JOBSERVER_SERVER__ID=f"node-{index}",
+                JOBSERVER_DATA_DIR=str(config.data_dir.resolve()),
+                JOBSERVER_API__TOKENS=token,
+                JOBSERVER_API__BIND=config.api.bind,
+                JOBSERVER_API__REUSE_PORT="true")
+
+
+class LocalCluster:
+    def __init__(self, config: Config, nodes: int) -> None:
+        self.config = config
+        self.count = nodes
+        self.token = cluster_token(config)
+        self.url = f"http://{config.api.bind}"
+        self.log_dir = config.data_dir / "logs"
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(self) -> None:
+        store = Store(self.config.database_url)
+        store.upgrade()
+        store.dispose()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for index in range(1, self.count + 1):
+            self.start_node(index)
+        self.wait_healthy()
+
+    def start_node(self, index: int) -> None:
+        log = open(self.log_dir / f"node-{index}.log", "ab")
+        self.processes[index] = subprocess.Popen(
+            [sys.executable, "-m", "jobserver.cli", "serve"],
+            env=node_env(self.config, index, self.token), stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def wait_healthy(self) -> None:
+        client = Client(self.url, self.token, timeout=2)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.processes.values()):
+                raise JobServerError(f"a node exited during start-up; see {self.log_dir}")
+            if client.healthy():
+                return
+            time.sleep(0.2)
+        raise JobServerError(f"the API did not answer on {self.url}; see {self.log_dir}")
+
+    def submit_demo_jobs(self) -> list[int]:
+        client = Client(self.url, self.token)
+        ids = []
+        for path in sorted(EXAMPLES.glob("*.json")):
+            ids.append(client.submit(path.read_bytes())["id"])
+        return ids
+
+    def banner(self, demo_ids: list[int]) -> str:
+        lines = [f"jobserver cluster: {self.count} nodes (SQLite + file locks, single mode)",
+                 f"  API:    {self.url}   (OpenAPI: {self.url}/api/v1/openapi.json)",
+                 f"  token:  {self.token}",
+                 f"  logs:   {self.log_dir}/node-*.log"]
+        if demo_ids:
+            lines.append(f"  demo jobs submitted: {', '.join(map(str, demo_ids))}")
+        lines += ["", "Watch the jobs:",
+                  f"  export JOBSERVER_URL={self.url} JOBSERVER_TOKEN={self.token}",
+                  "  .venv/bin/jobserver jobs",
+                  f"  curl -H 'Authorization: Bearer {self.token}' {self.url}/api/v1/jobs",
+                  "Submit one:",
+                  f"  curl -H 'Authorization: Bearer {self.token}' "
+                  "-H 'Content-Type: application/json' "
+                  f"-d '{json.dumps({'name': 'hi', 'steps': [{'name': 's', 'type': 'noop'}]})}' "
+                  f"{self.url}/api/v1/jobs",
+                  "Ctrl-C stops the cluster."]
+        return "\n".join(lines)
+
+    def supervise(self) -> None:
+        reported: set[int] = set()
+        while True:
+            for index, process in self.processes.items():
+                if process.poll() is not None and index not in reported:
+                    print(f"node-{index} exited with {process.returncode}", flush=True)
+                    reported.add(index)
+            if len(reported) == len(self.processes):
+                return
+            time.sleep(0.5)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in self.processes.values():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()

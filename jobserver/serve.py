@@ -1,0 +1,96 @@
+"""``jobserver serve``: one node process.
+
+The scheduler and runner live in this process; the HTTP API runs under gunicorn in a
+child process tree whose workers never schedule. The child is told to die with us
+(``PR_SET_PDEATHSIG``, see ``jobserver.api.gunicorn_conf``), so a ``kill -9`` of the node leaves no API behind.
+
+Signals: the first SIGTERM/SIGINT drains (stop claiming, let running jobs finish up
+to ``server.drain_timeout``, release locks); a second one exits at once and leaves
+the rest to the rescue path of the other nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from jobserver.config import Config
+from jobserver.exceptions import ConfigError
+from jobserver.node import Node, upgrade_schema
+
+log = logging.getLogger(__name__)
+
+API_RESTART_DELAY = 2.0
+
+
+def gunicorn_command(config: Config) -> list[str]:
+    command = [sys.executable, "-m", "gunicorn", "--bind", config.api.bind,
+               "--workers", str(config.api.workers), "--worker-class", "gthread",
+               "--threads", "4", "--graceful-timeout", "5", "--timeout", "30",
+               "--log-level", "warning", "-c", "python:jobserver.api.gunicorn_conf"]
+    if config.api.reuse_port:
+        command.append("--reuse-port")
+    return command + ["jobserver.api:create_app()"]
+
+
+class ApiProcess:
+    """The gunicorn child, restarted if it dies while the node runs."""
+
+    def __init__(self, config: Config) -> None:
+        self.command = gunicorn_command(config)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ, JOBSERVER_PARENT_PID=str(os.getpid()))
+        self.process = subprocess.Popen(self.command, env=env)
+
+    def check(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            log.error("API process exited with %s; restarting", self.process.returncode)
+            time.sleep(API_RESTART_DELAY)
+            self.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def serve(config: Config) -> int:
+    if not config.api.tokens:
+        raise ConfigError("api.tokens: no API token configured; set api.tokens in the config "
+                          "file or JOBSERVER_API__TOKENS (there is no default token)")
+    node = Node(config)
+    upgrade_schema(node.store, node.locks)
+    api = ApiProcess(config)
+    api.start()
+    node.start(upgrade=False)
+    stop = threading.Event()
+    signals_seen = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        signals_seen.append(signum)
+        if len(signals_seen) > 1:
+            log.warning("second signal: exiting now; other nodes will rescue running jobs")
+            api.stop(timeout=1)
+            os._exit(1)
+        log.info("signal %s: draining", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("node %s serving the API on %s", config.server.id, config.api.bind)
+    while not stop.wait(1.0):
+        api.check()
+    api.stop()
+    drained = node.stop()
+    return 0 if drained else 3

@@ -1,0 +1,90 @@
+"""Shared fixtures: real stores (SQLite file, throw-away PostgreSQL database).
+
+PostgreSQL tests skip with a loud reason when no server answers, except in CI
+(``CI=true``), where a missing service fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from jobserver.store import Store
+from jobserver.store.tables import epochs, events, jobs, servers, steps
+
+PG_ADMIN_URL = os.environ.get("JOBSERVER_TEST_PG",
+                              "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def missing_service(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: required services must be present)")
+    pytest.skip(f"SKIPPED LOUDLY: {reason}")
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test run, dropped afterwards."""
+    try:
+        import psycopg2
+    except ImportError:
+        missing_service("psycopg2 is not installed")
+    from sqlalchemy import create_engine, text
+
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"jobserver_test_{uuid.uuid4().hex[:10]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # noqa: BLE001 - any failure means "no usable server"
+        admin.dispose()
+        missing_service(f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {exc.__class__.__name__}")
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+        del psycopg2
+
+
+@pytest.fixture(scope="session")
+def pg_store_session(pg_url: str) -> Iterator[Store]:
+    store = Store(pg_url)
+    store.upgrade()
+    yield store
+    store.dispose()
+
+
+def _empty(store: Store) -> None:
+    with store.tx.write() as conn:
+        if store.dialect == "postgresql":
+            conn.exec_driver_sql("TRUNCATE jobs, steps, job_events, servers, lock_epochs "
+                                 "RESTART IDENTITY CASCADE")
+        else:
+            for table in (events, steps, jobs, servers, epochs):
+                conn.execute(table.delete())
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Store]:
+    """A migrated, empty store on each dialect."""
+    if request.param == "postgres":
+        pg_store = request.getfixturevalue("pg_store_session")
+        _empty(pg_store)
+        yield pg_store
+        return
+    sqlite_store = Store(f"sqlite:///{tmp_path / 'jobserver.db'}")
+    sqlite_store.upgrade()
+    yield sqlite_store
+    sqlite_store.dispose()
+
+
+@pytest.fixture
+def store_url(store: Store) -> str:
+    return store.url

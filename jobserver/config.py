@@ -159,9 +159,20 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 
 def _env_overrides(environ: Mapping[str, str]):
-    """Yield ``(keys, value, env_name)`` for every ``JOBSERVER_A__B`` variable."""
+    """Yield ``(keys, value, env_name)`` for every ``JOBSERVER_A__B`` variable, and for
+    ``JOBSERVER_<TOP_LEVEL_KEY>`` (``JOBSERVER_DATA_DIR``, as :func:`env_name` spells it).
+    Other ``JOBSERVER_*`` variables (``JOBSERVER_CONFIG``, ``JOBSERVER_URL``, a step's
+    ``JOBSERVER_JOB_ID``) are not config keys and are ignored."""
+    top_level = {key for key, field in Config.model_fields.items()
+                 if not (isinstance(field.annotation, type)
+                         and issubclass(field.annotation, BaseModel))}
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or "__" not in name:
+        if not name.startswith(ENV_PREFIX):
+            continue
+        if "__" not in name:
+            key = name[len(ENV_PREFIX):].lower()
+            if key in top_level:
+                yield (key,), _parse_env_value((key,), raw), name
             continue
         keys = tuple(part.lower() for part in name[len(ENV_PREFIX):].split("__"))
         if any(not key for key in keys):

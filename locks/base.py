@@ -25,7 +25,10 @@ LostCallback = Callable[["Lease"], None]
 
 
 class Lease:
-    """A held lock. Backends subclass it and implement :meth:`_release`."""
+    """A held lock. Backends subclass it and implement :meth:`_release`.
+
+    Read ``fence`` while the lease is held; a backend may draw it lazily.
+    """
 
     def __init__(self, key: str, fence: int) -> None:
         self.key = key

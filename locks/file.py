@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from jobserver.exceptions import LockError
 from locks.base import Lease, LockBackend
 
 RETRY_INTERVAL = 0.05
@@ -35,6 +36,8 @@ class FileLease(Lease):
     @property  # type: ignore[override]
     def fence(self) -> int:
         if self._fence is None:
+            if not self.is_valid():
+                raise LockError(f"lease {self.key} was released before its fence was read")
             self._fence = self._next_fence(self.key)
         return self._fence
 

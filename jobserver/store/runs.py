@@ -30,6 +30,20 @@ def _like_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+def ready_candidates(node: str, limit: int, dialect: str):
+    """The ids ``node`` may claim next: READY, due, assigned to it or to anyone."""
+    pattern = "%" + _like_escape(json.dumps(node)) + "%"
+    query = (select(jobs.c.id)
+             .where(jobs.c.state == State.READY.value,
+                    or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()),
+                    or_(jobs.c.assigned_servers.is_(None),
+                        jobs.c.assigned_servers.like(pattern, escape="\\")))
+             .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
+    if dialect == "postgresql":
+        return query.with_for_update(skip_locked=True)
+    return query
+
+
 class RunRepository:
     def __init__(self, tx) -> None:
         self._tx = tx
@@ -41,15 +55,7 @@ class RunRepository:
         Highest priority first, then oldest. One UPDATE; on PostgreSQL the candidate
         rows are locked with SKIP LOCKED so concurrent claimers never wait on each other.
         """
-        pattern = "%" + _like_escape(json.dumps(node)) + "%"
-        candidates = (select(jobs.c.id)
-                      .where(jobs.c.state == State.READY.value,
-                             or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()),
-                             or_(jobs.c.assigned_servers.is_(None),
-                                 jobs.c.assigned_servers.like(pattern, escape="\\")))
-                      .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
-        if self._tx.dialect == "postgresql":
-            candidates = candidates.with_for_update(skip_locked=True)
+        candidates = ready_candidates(node, limit, self._tx.dialect)
         with self._tx.write() as conn:
             rows = conn.execute(
                 update(jobs)

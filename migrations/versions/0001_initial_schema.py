@@ -20,11 +20,6 @@ depends_on = None
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
-def _when(state: str) -> dict[str, sa.TextClause]:
-    clause = sa.text(f"state = '{state}'")
-    return {"postgresql_where": clause, "sqlite_where": clause}
-
-
 def upgrade() -> None:
     op.create_table(
         "jobs",
@@ -52,9 +47,9 @@ def upgrade() -> None:
     )
     op.create_index("ix_jobs_name_id", "jobs", ["name", "id"])
     op.create_index("ix_jobs_state_id", "jobs", ["state", "id"])
-    op.create_index("ix_jobs_ready", "jobs", [sa.literal_column("priority DESC"), "id"],
-                    **_when("READY"))
-    op.create_index("ix_jobs_running_node", "jobs", ["node"], **_when("RUNNING"))
+    op.create_index("ix_jobs_claim", "jobs",
+                    ["state", sa.literal_column("priority DESC"), "id"])
+    op.create_index("ix_jobs_state_node", "jobs", ["state", "node"])
 
     op.create_table(
         "steps",

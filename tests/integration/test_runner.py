@@ -1,0 +1,244 @@
+"""The runner and the single-mode scheduler in-process, on SQLite and PostgreSQL.
+
+Real steps (subprocesses, sleeps, python callables) and a real store; only the
+scheduler's lock backend is the in-process ``memory`` one, so that a lost lease can
+be simulated. Cross-process behaviour is covered by ``test_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jobserver.config import load_config
+from jobserver.runner import Runner
+from jobserver.spec import Policy, parse_job, validate_job
+from jobserver.states import Operation, State
+from jobserver.steps import step_types
+from jobserver.steps.python import PythonSteps
+from jobserver.store import Store
+from locks import create_lock_backend
+from schedulers.base import SchedulerContext
+from schedulers.single import SingleScheduler
+from tests.helpers import job_spec, wait_for
+
+CONFIG = load_config(environ={"JOBSERVER_SCHEDULER__POLL_INTERVAL": "0.05",
+                              "JOBSERVER_SERVER__HEARTBEAT_INTERVAL": "0.2"})
+
+
+def python_steps() -> PythonSteps:
+    steps = PythonSteps.with_entry_points()
+    steps.register("test.records", lambda ctx, n=0: {"records_written": n})
+    steps.register("test.boom", lambda ctx: 1 / 0)
+    return steps
+
+
+PYTHON_STEPS = python_steps()
+
+
+def submit(store: Store, **fields) -> int:
+    spec = parse_job(json.dumps(job_spec(**fields)))
+    job, _ = store.jobs.submit(spec, validate_job(spec, Policy(PYTHON_STEPS.is_registered,
+                                                                None)))
+    return job.id
+
+
+class Harness:
+    """A runner fed by hand (``claim``) or by a real single-mode scheduler."""
+
+    def __init__(self, store: Store, node: str = "n1") -> None:
+        self.store, self.node = store, node
+        self.runner = Runner(store, step_types(PYTHON_STEPS), CONFIG.steps.shell, 4)
+        self.runner.start()
+
+    def claim(self, fence: int = 1) -> None:
+        for job in self.store.runs.claim(self.node, fence, 10):
+            self.runner.submit(job)
+
+    def finished(self, job_id: int, timeout: float = 15):
+        return wait_for(lambda: (job := self.store.jobs.get(job_id)).state
+                        not in (State.READY, State.RUNNING) and job, timeout,
+                        what=f"job {job_id} to finish")
+
+    def close(self) -> None:
+        self.runner.cancel_all("test over")
+        self.runner.wait_idle(10)
+        self.runner.shutdown()
+
+
+@pytest.fixture
+def harness(store: Store) -> Iterator[Harness]:
+    h = Harness(store)
+    yield h
+    h.close()
+
+
+def test_dag_runs_parallel_branches_and_records_audit(harness: Harness, tmp_path: Path) -> None:
+    job_id = submit(harness.store, parallelism=2, params={"n": 3}, steps=[
+        {"name": "start", "type": "noop"},
+        {"name": "left", "type": "sleep", "seconds": 0.4, "depends_on": ["start"]},
+        {"name": "right", "type": "shell", "depends_on": ["start"], "argv": [
+            "sh", "-c", 'echo job=$JOBSERVER_JOB_ID attempt=$JOBSERVER_ATTEMPT; sleep 0.4; '
+                        'echo \'{"rows": 42}\' > "$JOBSERVER_METRICS_FILE"']},
+        {"name": "end", "type": "python", "callable": "test.records", "args": {"n": 7},
+         "depends_on": ["left", "right"]}])
+    harness.claim()
+    job = harness.finished(job_id)
+    steps = {step.name: step for step in job.steps}
+    assert job.state is State.SUCCEED and (job.steps_done, job.steps_total) == (4, 4)
+    assert steps["left"].started_at < steps["right"].finished_at
+    assert steps["right"].started_at < steps["left"].finished_at, "branches did not overlap"
+    assert steps["end"].started_at >= max(steps["left"].finished_at, steps["right"].finished_at)
+    right = steps["right"]
+    assert right.output.strip() == f"job={job_id} attempt=1" and right.exit_code == 0
+    assert right.metrics == {"rows": 42} and right.peak_rss_kb > 0
+    assert right.cpu_seconds is not None and right.wall_seconds >= 0.4
+    assert steps["end"].metrics == {"records_written": 7}
+    transitions = [(e.step, e.to_state) for e in harness.store.jobs.events(job_id)]
+    assert transitions[0] == (None, "READY") and transitions[-1] == (None, "SUCCEED")
+    assert transitions.count(("left", "RUNNING")) == 1
+
+
+def test_retries_with_backoff_then_success(harness: Harness) -> None:
+    job_id = submit(harness.store, steps=[{"name": "flaky", "type": "python",
+                                           "callable": "demo.fail_once", "retries": 2,
+                                           "retry_backoff": 0.1}])
+    harness.claim()
+    job = harness.finished(job_id)
+    assert job.state is State.SUCCEED and job.steps[0].attempt == 2
+    messages = [e.message or "" for e in harness.store.jobs.events(job_id)]
+    assert any("attempt 1 failed" in m and "retrying in 0.1 s" in m for m in messages)
+
+
+def test_failure_stops_the_job_with_the_step_named(harness: Harness) -> None:
+    job_id = submit(harness.store, steps=[
+        {"name": "bad", "type": "python", "callable": "test.boom", "retries": 1,
+         "retry_backoff": 0},
+        {"name": "never", "type": "noop"}])
+    harness.claim()
+    job = harness.finished(job_id)
+    assert job.state is State.ERROR and "step bad failed: ZeroDivisionError" in job.error
+    assert [(s.state, s.attempt) for s in job.steps] == [(State.ERROR, 2), (State.READY, 0)]
+    assert "Traceback" in job.steps[0].output
+
+
+def test_shell_timeout_and_bad_exit(harness: Harness) -> None:
+    slow = submit(harness.store, steps=[{"name": "s", "type": "shell",
+                                         "argv": ["sleep", "30"], "timeout": 0.3}])
+    failing = submit(harness.store, steps=[{"name": "s", "type": "shell",
+                                            "argv": ["sh", "-c", "echo oops >&2; exit 3"]}])
+    missing = submit(harness.store, steps=[{"name": "s", "type": "shell",
+                                            "argv": ["/nonexistent/tool"]}])
+    harness.claim()
+    assert "timed out after 0.3 s" in harness.finished(slow).error
+    failed = harness.finished(failing)
+    assert failed.steps[0].exit_code == 3 and failed.steps[0].output.strip() == "oops"
+    assert "exit status 3" in failed.error
+    assert "cannot start '/nonexistent/tool'" in harness.finished(missing).error
+
+
+def test_output_is_capped_keeping_head_and_tail(harness: Harness) -> None:
+    limit = CONFIG.steps.shell.output_limit_bytes
+    job_id = submit(harness.store, steps=[{"name": "s", "type": "shell", "argv": [
+        "sh", "-c", f"echo FIRST; head -c {limit * 3} /dev/zero | tr '\\0' x; echo; echo LAST"]}])
+    harness.claim()
+    output = harness.finished(job_id).steps[0].output
+    assert output.startswith("FIRST") and output.rstrip().endswith("LAST")
+    assert "bytes cut" in output and len(output) < limit + 200
+
+
+def _pid_when_started(path: Path) -> int:
+    return int(wait_for(lambda: path.exists() and path.read_text().strip(), timeout=10,
+                        what="the step to start"))
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    status = Path(f"/proc/{pid}/stat")
+    return status.exists() and status.read_text().split()[2] == "Z"
+
+
+def test_pause_kills_the_step_and_resume_skips_succeeded_steps(harness: Harness,
+                                                               tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    job_id = submit(harness.store, steps=[
+        {"name": "first", "type": "noop"},
+        {"name": "long", "type": "shell",
+         "argv": ["sh", "-c", f"echo $$ > {pid_file}; sleep 30"]}])
+    harness.claim()
+    pid = _pid_when_started(pid_file)
+    harness.store.jobs.apply(job_id, Operation.PAUSE)
+    wait_for(lambda: _process_gone(pid), timeout=1.5, what="the paused step's process to die")
+    job = wait_for(lambda: (j := harness.store.jobs.get(job_id)).steps[1].state
+                   is State.STOPPED and j, timeout=5, what="the step to be recorded STOPPED")
+    assert job.state is State.STOPPED
+    pid_file.unlink()
+    resumed = harness.store.jobs.apply(job_id, Operation.RESUME)
+    assert [s.state for s in resumed.steps] == [State.SUCCEED, State.READY]
+    harness.claim()
+    _pid_when_started(pid_file)
+    job = harness.store.jobs.get(job_id)
+    assert job.attempt == 2 and job.steps[0].attempt == 1 and job.steps[1].attempt == 2
+    harness.store.jobs.apply(job_id, Operation.DISCARD)
+    job = harness.finished(job_id)
+    assert job.state is State.DISCARDED and job.steps[1].state is State.DISCARDED
+
+
+def test_rerun_starts_over(harness: Harness) -> None:
+    job_id = submit(harness.store, steps=[{"name": "a", "type": "noop"},
+                                          {"name": "b", "type": "noop"}])
+    harness.claim()
+    harness.finished(job_id)
+    harness.store.jobs.apply(job_id, Operation.RERUN)
+    harness.claim()
+    job = harness.finished(job_id)
+    assert job.state is State.SUCCEED and job.attempt == 2
+    assert [s.attempt for s in job.steps] == [1, 1]
+
+
+def _scheduler(store: Store, locks, node: str) -> tuple[SingleScheduler, Harness, threading.Thread]:
+    harness = Harness(store, node)
+    ctx = SchedulerContext(config=CONFIG, node_id=node, store=store, locks=locks,
+                           runner=harness.runner)
+    scheduler = SingleScheduler(ctx)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    return scheduler, harness, thread
+
+
+def test_single_mode_one_active_takeover_and_fencing(store: Store, tmp_path: Path) -> None:
+    """A loses its lease while a job runs; B takes over, re-runs it, A is fenced off."""
+    locks = create_lock_backend("memory")
+    for node in ("A", "B"):
+        store.servers.register(node, "h", 1, "single", 4)
+    a, a_harness, a_thread = _scheduler(store, locks, "A")
+    wait_for(lambda: a.active, what="A to become active")
+    b, b_harness, b_thread = _scheduler(store, locks, "B")
+    ledger = tmp_path / "ledger"
+    job_id = submit(store, steps=[{"name": "s", "type": "shell", "argv": [
+        "sh", "-c", f"echo $JOBSERVER_JOB_ATTEMPT $JOBSERVER_FENCE >> {ledger}; sleep 1"]}])
+    wait_for(lambda: ledger.exists(), what="the job to start on A")
+    assert not b.active
+    store.servers.mark_stopped("A")  # A is now dead as far as the store can tell...
+    locks.expire("scheduler/global")  # ...and its session is gone.
+    wait_for(lambda: b.active, timeout=2, what="B to take over")
+    job = wait_for(lambda: (j := store.jobs.get(job_id)).state is State.SUCCEED and j,
+                   timeout=10, what="the job to succeed on B")
+    assert job.node == "B" and job.attempt == 2
+    wait_for(lambda: a_harness.runner.fenced_off_count == 1, timeout=5,
+             what="A's execution to be fenced off")
+    lines = [tuple(map(int, line.split())) for line in ledger.read_text().splitlines()]
+    assert [attempt for attempt, _ in lines] == [1, 2] and lines[0][1] < lines[1][1]
+    for scheduler_ctx in (a.ctx, b.ctx):
+        scheduler_ctx.stopping.set()
+        scheduler_ctx.wake.set()
+    a_thread.join(5), b_thread.join(5)
+    a_harness.close(), b_harness.close()

@@ -58,16 +58,30 @@ class Runner:
         with self._lock:
             return [execution.token for execution in self._running.values()]
 
-    def submit(self, job: JobRecord) -> None:
+    def submit(self, job: JobRecord, on_done: Callable[[], None] | None = None) -> JobExecution:
+        """Run ``job``; ``on_done`` is called when its execution ends (e.g. to release
+        the job's segment lock)."""
         execution = JobExecution(job, self._store, self._step_types, self._shell)
         with self._lock:
             self._running[job.id] = execution
-        self._pool.submit(self._execute, execution)
+        self._pool.submit(self._execute, execution, on_done)
+        return execution
 
-    def _execute(self, execution: JobExecution) -> None:
+    def cancel(self, job_id: int, reason: str) -> None:
+        with self._lock:
+            execution = self._running.get(job_id)
+        if execution is not None:
+            execution.cancel(reason)
+
+    def _execute(self, execution: JobExecution, on_done: Callable[[], None] | None) -> None:
         try:
             execution.run()
         finally:
+            if on_done is not None:
+                try:
+                    on_done()
+                except Exception:
+                    log.warning("cleanup after job %s failed", execution.job.id, exc_info=True)
             with self._lock:
                 self._running.pop(execution.job.id, None)
                 if execution.fenced_off:

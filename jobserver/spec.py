@@ -9,10 +9,11 @@ field, e.g. ``steps[1].argv[0]``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints,
-                      ValidationError)
+from pydantic import (AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field,
+                      StringConstraints, ValidationError)
 
 from jobserver.exceptions import InvalidRequest, MalformedRequest
 
@@ -20,6 +21,16 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,9
 ServerId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:@-]{0,99}$")]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")]
 Arg = Annotated[str, StringConstraints(max_length=8192)]
+# PostgreSQL text columns cannot hold NUL; refuse it here rather than fail on insert.
+Text = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
+
+
+def _to_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError("out of range once converted to UTC") from None
+
 
 MAX_STEPS = 200
 
@@ -66,14 +77,14 @@ STEP_TYPES = ("noop", "sleep", "shell", "python")
 
 
 class JobSpec(_Strict):
-    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    name: Text
     steps: list[StepSpec] = Field(min_length=1, max_length=MAX_STEPS)
     priority: int = Field(default=0, ge=-1000, le=1000)
-    lock_key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    lock_key: Text | None = None
     assigned_servers: list[ServerId] | None = Field(default=None, min_length=1, max_length=64)
     params: dict[str, Any] = Field(default_factory=dict)
     parallelism: int = Field(default=1, ge=1, le=64)
-    not_before: AwareDatetime | None = None
+    not_before: Annotated[AwareDatetime, AfterValidator(_to_utc)] | None = None
 
 
 class Policy:

@@ -19,6 +19,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+from jobserver.exceptions import LockError
+
 log = logging.getLogger(__name__)
 
 LostCallback = Callable[["Lease"], None]
@@ -30,12 +32,23 @@ class Lease:
     Read ``fence`` while the lease is held; a backend may draw it lazily.
     """
 
-    def __init__(self, key: str, fence: int) -> None:
+    def __init__(self, key: str, fence: int | Callable[[], int]) -> None:
+        """``fence`` is the token, or a callable that draws it on first use."""
         self.key = key
-        self.fence = fence
+        self._fence = fence if isinstance(fence, int) else None
+        self._draw_fence = None if isinstance(fence, int) else fence
         self._valid = True
         self._callbacks: list[LostCallback] = []
         self._guard = threading.Lock()
+
+    @property
+    def fence(self) -> int:
+        """Grows with every acquisition of the same key; written on every claim."""
+        if self._fence is None:
+            if not self._valid:
+                raise LockError(f"lease {self.key} ended before its fence was read")
+            self._fence = self._draw_fence()  # type: ignore[misc]
+        return self._fence
 
     def is_valid(self) -> bool:
         """True while the lease is held; False once released or lost."""
@@ -85,7 +98,7 @@ class Lease:
 
     def __repr__(self) -> str:
         state = "valid" if self._valid else "invalid"
-        return f"<{type(self).__name__} {self.key} fence={self.fence} {state}>"
+        return f"<{type(self).__name__} {self.key} fence={self._fence} {state}>"
 
 
 class LockBackend(ABC):

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from jobserver.exceptions import LockError
 from locks.base import Lease, LockBackend
 
 RETRY_INTERVAL = 0.05
@@ -28,22 +27,8 @@ class FileLease(Lease):
     locks that never fence a write (presence, schema upgrade) cost no store write."""
 
     def __init__(self, key: str, fd: int, next_fence: Callable[[str], int]) -> None:
-        super().__init__(key, 0)
+        super().__init__(key, lambda: next_fence(key))
         self._fd = fd
-        self._next_fence = next_fence
-        self._fence: int | None = None
-
-    @property  # type: ignore[override]
-    def fence(self) -> int:
-        if self._fence is None:
-            if not self.is_valid():
-                raise LockError(f"lease {self.key} was released before its fence was read")
-            self._fence = self._next_fence(self.key)
-        return self._fence
-
-    @fence.setter
-    def fence(self, value: int) -> None:
-        self._fence = value or None
 
     def _release(self) -> None:
         try:

@@ -14,12 +14,14 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jobserver.config import Config, SchedulerMode
 from jobserver.runner import Runner
 from jobserver.store import Store
-from locks.base import LockBackend
+from jobserver.store.records import JobRecord
+from locks.base import Lease, LockBackend
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +61,26 @@ class Scheduler(ABC):
         return "active" if self.active else "standby"
 
     # -- the shared core -----------------------------------------------------------------
-    def dispatch(self, fence: int) -> int:
+    def room(self) -> int:
+        return min(self.ctx.runner.free_slots(), self.ctx.config.scheduler.claim_batch)
+
+    def dispatch(self, lease: Lease) -> int:
         """Claim as many READY jobs as the runner has free slots; start them."""
-        room = min(self.ctx.runner.free_slots(), self.ctx.config.scheduler.claim_batch)
+        room = self.room()
         if room <= 0:
             return 0
-        jobs = self.ctx.store.runs.claim(self.ctx.node_id, fence, room)
+        return self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, room))
+
+    def start(self, jobs: list[JobRecord], on_done: Callable[[], None] | None = None) -> int:
         for job in jobs:
             log.info("claimed job %s (%s) attempt %s", job.id, job.name, job.attempt,
-                     extra={"job_id": job.id, "fence": fence, "attempt": job.attempt})
-            self.ctx.runner.submit(job)
+                     extra={"job_id": job.id, "fence": job.fence, "attempt": job.attempt})
+            self.ctx.runner.submit(job, on_done)
         return len(jobs)
+
+    def record_lease(self, lease: Lease) -> bool:
+        """Make ``lease`` the newest known to the store; False if it is already stale."""
+        return self.ctx.store.epochs.advance(lease.key, lease.fence)
 
     def rescue_orphans(self) -> int:
         """Re-queue jobs RUNNING on dead nodes. A node is dead when its presence lock

@@ -40,6 +40,9 @@ class SingleScheduler(Scheduler):
                 log.info("released the global lock (fence %s)", lease.fence)
 
     def _schedule(self, lease: Lease) -> None:
+        if not self.record_lease(lease):
+            log.warning("global lock fence %s is already stale; letting go", lease.fence)
+            return
         log.info("node %s is the active scheduler (fence %s)", self.ctx.node_id, lease.fence)
         lease.on_lost(lambda _lease: self.ctx.wake.set())
         self.active = True
@@ -50,7 +53,7 @@ class SingleScheduler(Scheduler):
             try:
                 if rescue.due():
                     self.rescue_orphans()
-                claimed = self.dispatch(lease.fence)
+                claimed = self.dispatch(lease)
             except Exception:
                 self.pause_after_error("scheduling")
                 continue

@@ -37,3 +37,11 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class FakeLease:
+    """A lease stand-in for store tests: a key and a fence recorded as the newest."""
+
+    def __init__(self, store: Any, key: str = "scheduler/global") -> None:
+        self.key = key
+        self.fence = store.epochs.bump(key)

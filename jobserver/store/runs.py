@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, and_, exists, or_, select, update
 
 from jobserver.exceptions import FencedOff
 from jobserver.states import State
 from jobserver.store.engine import store_now
+from jobserver.store.epochs import is_current
 from jobserver.store.records import ClaimToken, JobRecord, StepOutcome, StepRecord
 from jobserver.store.tables import jobs, record_events, steps
 
@@ -30,15 +31,24 @@ def _like_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def ready_candidates(node: str, limit: int, dialect: str):
-    """The ids ``node`` may claim next: READY, due, assigned to it or to anyone."""
+class LeaseRef(Protocol):
+    """What the store needs of a lease: its key and fence."""
+
+    key: str
+    fence: int
+
+
+def ready_candidates(node: str, limit: int, dialect: str, job_ids: list[int] | None = None):
+    """The ids ``node`` may claim next: READY, unassigned, due, allowed on this node."""
     pattern = "%" + _like_escape(json.dumps(node)) + "%"
     query = (select(jobs.c.id)
-             .where(jobs.c.state == State.READY.value,
+             .where(jobs.c.state == State.READY.value, jobs.c.node.is_(None),
                     or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()),
                     or_(jobs.c.assigned_servers.is_(None),
                         jobs.c.assigned_servers.like(pattern, escape="\\")))
              .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
+    if job_ids is not None:
+        query = query.where(jobs.c.id.in_(job_ids))
     if dialect == "postgresql":
         return query.with_for_update(skip_locked=True)
     return query
@@ -49,28 +59,62 @@ class RunRepository:
         self._tx = tx
 
     # -- claim ------------------------------------------------------------------------
-    def claim(self, node: str, fence: int, limit: int) -> list[JobRecord]:
+    def claim(self, node: str, lease: LeaseRef, limit: int,
+              job_ids: list[int] | None = None) -> list[JobRecord]:
         """Atomically move up to ``limit`` runnable READY jobs to RUNNING on ``node``.
 
-        Highest priority first, then oldest. One UPDATE; on PostgreSQL the candidate
-        rows are locked with SKIP LOCKED so concurrent claimers never wait on each other.
+        Highest priority first, then oldest; only ``job_ids`` when given. One UPDATE,
+        which only matches while ``lease`` is the newest lease of its key; on
+        PostgreSQL the candidate rows are locked with SKIP LOCKED so that concurrent
+        claimers never wait on each other.
         """
-        candidates = ready_candidates(node, limit, self._tx.dialect)
+        candidates = ready_candidates(node, limit, self._tx.dialect, job_ids)
+        values = dict(state=State.RUNNING.value, node=node, fence=lease.fence,
+                      attempt=jobs.c.attempt + 1, error=None, started_at=store_now(),
+                      finished_at=None, updated_at=store_now())
+        return self._start(update(jobs).where(
+            jobs.c.id.in_(candidates), jobs.c.state == State.READY.value,
+            is_current(lease.key, lease.fence)).values(**values), node)
+
+    def assign(self, lease: LeaseRef, assignments: dict[str, list[int]]) -> int:
+        """Leader mode: give READY unassigned jobs to nodes (still READY, now with a
+        node and the leader's fence). Matches only while ``lease`` is the newest."""
+        assigned = 0
         with self._tx.write() as conn:
-            rows = conn.execute(
-                update(jobs)
-                .where(jobs.c.id.in_(candidates), jobs.c.state == State.READY.value)
-                .values(state=State.RUNNING.value, node=node, fence=fence,
-                        attempt=jobs.c.attempt + 1, error=None, started_at=store_now(),
-                        finished_at=None, updated_at=store_now())
-                .returning(*jobs.c)).mappings().all()
+            for node, job_ids in assignments.items():
+                assigned += conn.execute(update(jobs).where(
+                    jobs.c.id.in_(job_ids), jobs.c.state == State.READY.value,
+                    jobs.c.node.is_(None), is_current(lease.key, lease.fence))
+                    .values(node=node, fence=lease.fence, updated_at=store_now())).rowcount
+        return assigned
+
+    def claim_assigned(self, node: str, limit: int) -> list[JobRecord]:
+        """Leader mode: start READY jobs the leader assigned to ``node``."""
+        candidates = (select(jobs.c.id)
+                      .where(jobs.c.state == State.READY.value, jobs.c.node == node)
+                      .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
+        return self._start(update(jobs).where(
+            jobs.c.id.in_(candidates), jobs.c.state == State.READY.value, jobs.c.node == node)
+            .values(state=State.RUNNING.value, attempt=jobs.c.attempt + 1, error=None,
+                    started_at=store_now(), finished_at=None, updated_at=store_now()), node)
+
+    def _start(self, statement: Any, node: str) -> list[JobRecord]:
+        with self._tx.write() as conn:
+            rows = conn.execute(statement.returning(*jobs.c)).mappings().all()
             if not rows:
                 return []
             claimed = self._with_steps(conn, rows)
             record_events(conn, [{"job_id": job.id, "from_state": State.READY,
-                                  "to_state": State.RUNNING, "node": node, "fence": fence,
+                                  "to_state": State.RUNNING, "node": node, "fence": job.fence,
                                   "attempt": job.attempt} for job in claimed])
         return claimed
+
+    def peek(self, node: str, limit: int) -> list[tuple[int, str | None]]:
+        """Distributed mode: the next ``(job_id, lock_key)`` pairs ``node`` could claim."""
+        query = ready_candidates(node, limit, "peek")
+        query = query.with_only_columns(jobs.c.id, jobs.c.lock_key)
+        with self._tx.read() as conn:
+            return [(row.id, row.lock_key) for row in conn.execute(query)]
 
     @staticmethod
     def _with_steps(conn: Connection, rows: list[Any]) -> list[JobRecord]:

@@ -77,6 +77,10 @@ class ServerRepository:
         ERROR instead of READY. Returns ``[(job_id, new_state)]``.
         """
         with self._tx.write() as conn:
+            # Leader mode: jobs assigned to the dead node but not started go back to
+            # the pool (still READY; no state change, so no event).
+            conn.execute(update(jobs).where(jobs.c.state == State.READY.value,
+                                            jobs.c.node == node_id).values(node=None))
             orphans = conn.execute(select(jobs.c.id, jobs.c.fence, jobs.c.attempt)
                                    .where(jobs.c.state == State.RUNNING.value,
                                           jobs.c.node == node_id)).all()

@@ -25,7 +25,7 @@ from jobserver.store import Store
 from locks import create_lock_backend
 from schedulers.base import SchedulerContext
 from schedulers.single import SingleScheduler
-from tests.helpers import job_spec, wait_for
+from tests.helpers import FakeLease, job_spec, wait_for
 
 CONFIG = load_config(environ={"JOBSERVER_SCHEDULER__POLL_INTERVAL": "0.05",
                               "JOBSERVER_SERVER__HEARTBEAT_INTERVAL": "0.2"})
@@ -57,7 +57,7 @@ class Harness:
         self.runner.start()
 
     def claim(self, fence: int = 1) -> None:
-        for job in self.store.runs.claim(self.node, fence, 10):
+        for job in self.store.runs.claim(self.node, FakeLease(self.store), 10):
             self.runner.submit(job)
 
     def finished(self, job_id: int, timeout: float = 15):

@@ -14,7 +14,7 @@ from jobserver.states import Operation, State
 from jobserver.store import Store
 from jobserver.store.records import StepOutcome
 from jobserver.store.runs import ready_candidates
-from tests.helpers import job_spec
+from tests.helpers import FakeLease, job_spec
 
 POLICY = Policy(lambda name: name.startswith("demo."), None)
 
@@ -27,12 +27,12 @@ def submit(store: Store, **fields) -> int:
 
 def test_claim_orders_by_priority_then_age_and_respects_limit(store: Store) -> None:
     low, high, mid, high2 = (submit(store, priority=p) for p in (0, 9, 5, 9))
-    claimed = store.runs.claim("n1", 1, 3)
+    claimed = store.runs.claim("n1", FakeLease(store), 3)
     assert [job.id for job in claimed] == [high, high2, mid]
     assert all(job.state is State.RUNNING and job.node == "n1" and job.fence == 1
                and job.attempt == 1 for job in claimed)
-    assert [job.id for job in store.runs.claim("n1", 1, 10)] == [low]
-    assert store.runs.claim("n1", 1, 10) == []
+    assert [job.id for job in store.runs.claim("n1", FakeLease(store), 10)] == [low]
+    assert store.runs.claim("n1", FakeLease(store), 10) == []
 
 
 def test_claim_skips_future_and_foreign_jobs(store: Store) -> None:
@@ -41,7 +41,7 @@ def test_claim_skips_future_and_foreign_jobs(store: Store) -> None:
     mine = submit(store, assigned_servers=["n2", "n1"])
     submit(store, assigned_servers=["n10"])
     anyone = submit(store)
-    assert sorted(job.id for job in store.runs.claim("n1", 1, 10)) == [mine, anyone]
+    assert sorted(job.id for job in store.runs.claim("n1", FakeLease(store), 10)) == [mine, anyone]
 
 
 def test_concurrent_claimers_never_share_a_job(store: Store) -> None:
@@ -49,7 +49,8 @@ def test_concurrent_claimers_never_share_a_job(store: Store) -> None:
     claims: dict[str, list[int]] = {"a": [], "b": [], "c": []}
 
     def claimer(node: str) -> None:
-        while batch := store.runs.claim(node, 1, 4):
+        lease = FakeLease(store, key=f"lock-of-{node}")
+        while batch := store.runs.claim(node, lease, 4):
             claims[node].extend(job.id for job in batch)
 
     threads = [threading.Thread(target=claimer, args=(node,)) for node in claims]
@@ -63,13 +64,13 @@ def test_concurrent_claimers_never_share_a_job(store: Store) -> None:
 
 def test_writes_are_fenced_by_the_claim_token(store: Store) -> None:
     submit(store, steps=[{"name": "s1", "type": "noop"}])
-    job = store.runs.claim("n1", 7, 1)[0]
+    job = store.runs.claim("n1", FakeLease(store), 1)[0]
     token = job.token()
     assert store.runs.start_step(token, job.steps[0]) == 1
     # n1 is declared dead; n2 takes the job over under a newer lease.
     assert store.servers.requeue_orphans("n1", "n2") == [(job.id, State.READY)]
-    new = store.runs.claim("n2", 8, 1)[0]
-    assert (new.node, new.fence, new.attempt) == ("n2", 8, 2)
+    new = store.runs.claim("n2", FakeLease(store), 1)[0]
+    assert (new.node, new.fence, new.attempt) == ("n2", 2, 2)
     with pytest.raises(FencedOff, match="now belongs to node n2"):
         store.runs.finish_step(token, job.steps[0], 1, StepOutcome(State.SUCCEED))
     with pytest.raises(FencedOff):
@@ -80,9 +81,30 @@ def test_writes_are_fenced_by_the_claim_token(store: Store) -> None:
     assert store.jobs.get(job.id).state is State.SUCCEED
 
 
+def test_a_superseded_lease_cannot_claim(store: Store) -> None:
+    submit(store)
+    old = FakeLease(store)
+    newer = FakeLease(store)
+    assert store.runs.claim("n1", old, 10) == []
+    assert len(store.runs.claim("n2", newer, 10)) == 1
+    assert store.epochs.advance(newer.key, newer.fence - 1) is False
+    assert store.epochs.advance(newer.key, newer.fence + 100) is True
+
+
+def test_leader_assignments(store: Store) -> None:
+    first, second = submit(store), submit(store, assigned_servers=["n2"])
+    stale, leader = FakeLease(store, "election/scheduler"), FakeLease(store, "election/scheduler")
+    assert store.runs.assign(stale, {"n1": [first]}) == 0
+    assert store.runs.assign(leader, {"n1": [first], "n2": [second]}) == 2
+    assert store.runs.claim("n3", FakeLease(store), 10) == []  # assigned jobs are taken
+    assert [job.id for job in store.runs.claim_assigned("n1", 10)] == [first]
+    store.servers.requeue_orphans("n2", "leader")  # n2 died before starting its job
+    assert store.jobs.get(second).node is None and store.jobs.get(second).state is State.READY
+
+
 def test_operator_pause_is_not_a_fence_violation(store: Store) -> None:
     job_id = submit(store)
-    token = store.runs.claim("n1", 1, 1)[0].token()
+    token = store.runs.claim("n1", FakeLease(store), 1)[0].token()
     store.jobs.apply(job_id, Operation.PAUSE)
     assert store.runs.watch([token]) == {job_id: "STOPPED"}
     assert store.runs.finish_job(token, State.SUCCEED) is False
@@ -93,7 +115,7 @@ def test_rescue_happens_exactly_once_and_honours_retryable(store: Store) -> None
     retryable = submit(store, steps=[{"name": "a", "type": "sleep", "seconds": 9}])
     fragile = submit(store, steps=[{"name": "b", "type": "sleep", "seconds": 9,
                                     "retryable": False}])
-    for job in store.runs.claim("dead", 3, 10):
+    for job in store.runs.claim("dead", FakeLease(store), 10):
         store.runs.start_step(job.token(), job.steps[0])
     moved = dict(store.servers.requeue_orphans("dead", "rescuer"))
     assert moved == {retryable: State.READY, fragile: State.ERROR}
@@ -116,7 +138,7 @@ def test_stale_nodes_use_the_store_clock(store: Store) -> None:
 
 def test_resume_skips_succeeded_steps_and_rerun_resets_all(store: Store) -> None:
     job_id = submit(store, steps=[{"name": "a", "type": "noop"}, {"name": "b", "type": "noop"}])
-    job = store.runs.claim("n1", 1, 1)[0]
+    job = store.runs.claim("n1", FakeLease(store), 1)[0]
     token = job.token()
     for step, state in zip(job.steps, (State.SUCCEED, State.ERROR)):
         attempt = store.runs.start_step(token, step)

@@ -50,6 +50,9 @@ class SchedulerConfig(_Section):
     poll_interval: float = Field(default=1.0, gt=0, le=300)
     max_concurrent_jobs: int = Field(default=10, ge=1, le=1000)
     claim_batch: int = Field(default=32, ge=1, le=1000)
+    # PostgreSQL: submits NOTIFY and idle schedulers LISTEN; turn off behind a
+    # transaction-pooling proxy (polling remains).
+    notify: bool = True
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -65,7 +68,17 @@ class SchedulerConfig(_Section):
 
 
 class LockConfig(_Section):
-    backend: str = "file"
+    backend: str = Field(default="file", pattern=r"^(file|postgres|zookeeper|memory)$")
+    # postgres backend: how long a stalled holder keeps its locks (idle_session_timeout)
+    session_timeout: float = Field(default=5.0, ge=1, le=600)
+    # postgres backend: the database holding the advisory locks (default: database.url)
+    url: str | None = None
+
+
+class ZooKeeperConfig(_Section):
+    hosts: str = "127.0.0.1:2181"
+    root: str = Field(default="/jobserver", pattern=r"^/[A-Za-z0-9_./-]*$")
+    session_timeout: float = Field(default=6.0, ge=1, le=600)
 
 
 class ServerConfig(_Section):
@@ -109,6 +122,7 @@ class Config(_Section):
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     lock: LockConfig = Field(default_factory=LockConfig)
+    zookeeper: ZooKeeperConfig = Field(default_factory=ZooKeeperConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
     steps: StepsConfig = Field(default_factory=StepsConfig)

@@ -30,10 +30,23 @@ SCHEMA_LOCK = "schema/upgrade"
 
 
 def make_lock_backend(config: Config, store: Store) -> LockBackend:
-    options: dict[str, object] = {}
-    if config.lock.backend == "file":
-        options = {"directory": config.data_dir / "locks", "next_fence": store.epochs.bump}
-    return create_lock_backend(config.lock.backend, **options)
+    """The configured backend; fences of file and postgres locks come from the store."""
+    identity = config.server.id
+    lock_url = config.lock.url or config.database_url
+    if config.lock.backend == "postgres" and not lock_url.startswith("postgresql"):
+        raise ConfigError("lock.backend: postgres locks need a PostgreSQL database.url "
+                          "(or lock.url)")
+    options: dict[str, dict[str, object]] = {
+        "file": {"directory": config.data_dir / "locks", "next_fence": store.epochs.bump,
+                 "identity": identity},
+        "postgres": {"url": lock_url, "identity": identity,
+                     "next_fence": store.epochs.bump, "holder_of": store.epochs.holder,
+                     "session_timeout": config.lock.session_timeout},
+        "zookeeper": {"hosts": config.zookeeper.hosts, "root": config.zookeeper.root,
+                      "identity": identity,
+                      "session_timeout": config.zookeeper.session_timeout},
+    }
+    return create_lock_backend(config.lock.backend, **options.get(config.lock.backend, {}))
 
 
 def upgrade_schema(store: Store, locks: LockBackend) -> None:

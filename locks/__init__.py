@@ -16,6 +16,8 @@ from locks.base import Lease, LockBackend
 BACKENDS: dict[str, tuple[str, str, str | None]] = {
     "file": ("locks.file", "FileLockBackend", None),
     "memory": ("locks.memory", "MemoryLockBackend", None),
+    "postgres": ("locks.postgres", "PostgresLockBackend", "postgres"),
+    "zookeeper": ("locks.zookeeper", "ZooKeeperLockBackend", "zookeeper"),
 }
 
 

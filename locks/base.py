@@ -80,7 +80,7 @@ class Lease:
                 return
             self._valid = False
             callbacks = list(self._callbacks)
-        log.warning("lock %s (fence %s) lost: %s", self.key, self.fence, reason)
+        log.warning("lock %s (fence %s) lost: %s", self.key, self._fence, reason)
         for callback in callbacks:
             try:
                 callback(self)
@@ -135,6 +135,11 @@ class LockBackend(ABC):
         if lease is not None:
             self._publish_leader(name, identity, lease)
         return lease
+
+    def can_claim(self) -> bool:
+        """False while the coordination session is uncertain (ZooKeeper SUSPENDED):
+        schedulers then claim nothing new but let running jobs go on."""
+        return True
 
     @abstractmethod
     def leader(self, name: str) -> str | None:

@@ -26,8 +26,9 @@ class FileLease(Lease):
     """The fence is drawn from the store on first use, while the lock is held, so
     locks that never fence a write (presence, schema upgrade) cost no store write."""
 
-    def __init__(self, key: str, fd: int, next_fence: Callable[[str], int]) -> None:
-        super().__init__(key, lambda: next_fence(key))
+    def __init__(self, key: str, fd: int, next_fence: Callable[[str, str], int],
+                 holder: str) -> None:
+        super().__init__(key, lambda: next_fence(key, holder))
         self._fd = fd
 
     def _release(self) -> None:
@@ -41,8 +42,9 @@ class FileLockBackend(LockBackend):
     name = "file"
 
     def __init__(self, directory: str | os.PathLike[str],
-                 next_fence: Callable[[str], int]) -> None:
-        """``next_fence(key)`` returns a strictly larger integer on every call."""
+                 next_fence: Callable[[str, str], int], identity: str = "") -> None:
+        """``next_fence(key, holder)`` returns a strictly larger integer on every call."""
+        self.identity = identity
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._next_fence = next_fence
@@ -67,7 +69,7 @@ class FileLockBackend(LockBackend):
         while True:
             fd = self._try_lock(key)
             if fd is not None:
-                return FileLease(key, fd, self._next_fence)
+                return FileLease(key, fd, self._next_fence, self.identity)
             if not blocking or (deadline is not None and time.monotonic() >= deadline):
                 return None
             time.sleep(RETRY_INTERVAL)

@@ -88,3 +88,33 @@ def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Store]:
 @pytest.fixture
 def store_url(store: Store) -> str:
     return store.url
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory):
+    """A ZooKeeper server for this test run (or ``JOBSERVER_TEST_ZK`` if set)."""
+    from tests import zkserver
+
+    external = os.environ.get("JOBSERVER_TEST_ZK")
+    if external:
+        yield external
+        return
+    try:
+        import kazoo  # noqa: F401
+    except ImportError:
+        missing_service("kazoo is not installed")
+    reason = zkserver.available()
+    if reason:
+        missing_service(f"cannot start ZooKeeper: {reason}")
+    server = zkserver.ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    try:
+        yield server.hosts
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def store_on_postgres(pg_store_session: Store) -> Store:
+    _empty(pg_store_session)
+    return pg_store_session

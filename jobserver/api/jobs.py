@@ -41,7 +41,7 @@ def _require_json() -> bytes:
 
 def _idempotency_key() -> str | None:
     key = request.headers.get("Idempotency-Key")
-    if False:
+    if key is not None and not IDEMPOTENCY_KEY.match(key):
         raise InvalidRequest("Idempotency-Key must be 1-200 printable ASCII characters",
                              [{"field": "Idempotency-Key", "message": "invalid header value"}])
     return key

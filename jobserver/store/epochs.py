@@ -11,6 +11,7 @@ from __future__ import annotations
 from sqlalchemy import and_, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from jobserver.store.engine import store_now
 from jobserver.store.tables import epochs
 
 
@@ -23,37 +24,53 @@ class EpochRepository:
     def __init__(self, tx) -> None:
         self._tx = tx
 
-    def bump(self, key: str) -> int:
+    def bump(self, key: str, holder: str | None = None) -> int:
         """Atomically increment and return the epoch of ``key`` (1 on first use)."""
+        stamp = {"holder": holder, "acquired_at": store_now()}
         with self._tx.write() as conn:
             row = conn.execute(update(epochs).where(epochs.c.key == key)
-                               .values(epoch=epochs.c.epoch + 1)
+                               .values(epoch=epochs.c.epoch + 1, **stamp)
                                .returning(epochs.c.epoch)).first()
             if row is not None:
                 return int(row[0])
         try:
             with self._tx.write() as conn:
-                conn.execute(insert(epochs).values(key=key, epoch=1))
+                conn.execute(insert(epochs).values(key=key, epoch=1, **stamp))
                 return 1
         except IntegrityError:  # a concurrent first acquisition inserted it: bump that row
-            return self.bump(key)
+            return self.bump(key, holder)
 
-    def advance(self, key: str, fence: int) -> bool:
+    def advance(self, key: str, fence: int, holder: str | None = None) -> bool:
         """Record ``fence`` as the newest of ``key``; False if a newer one is recorded."""
         with self._tx.write() as conn:
-            updated = conn.execute(update(epochs)
-                                   .where(epochs.c.key == key, epochs.c.epoch <= fence)
-                                   .values(epoch=fence)).rowcount
-            if updated:
+            current = conn.execute(select(epochs.c.epoch, epochs.c.holder)
+                                   .where(epochs.c.key == key)).first()
+            if current is not None:
+                if current.epoch > fence:
+                    return False
+                if current.epoch < fence or (holder and current.holder != holder):
+                    conn.execute(update(epochs).where(epochs.c.key == key,
+                                                      epochs.c.epoch <= fence)
+                                 .values(epoch=fence, holder=holder or current.holder,
+                                         acquired_at=store_now()))
                 return True
-            if conn.execute(select(epochs.c.epoch).where(epochs.c.key == key)).first():
-                return False
         try:
             with self._tx.write() as conn:
-                conn.execute(insert(epochs).values(key=key, epoch=fence))
+                conn.execute(insert(epochs).values(key=key, epoch=fence, holder=holder,
+                                                   acquired_at=store_now()))
                 return True
         except IntegrityError:
-            return self.advance(key, fence)
+            return self.advance(key, fence, holder)
+
+    def holder(self, key: str) -> str | None:
+        """Who took the newest lease of ``key`` (it may have been released since)."""
+        with self._tx.read() as conn:
+            return conn.execute(select(epochs.c.holder).where(epochs.c.key == key)).scalar()
+
+    def all(self) -> list[dict[str, object]]:
+        with self._tx.read() as conn:
+            rows = conn.execute(select(epochs).order_by(epochs.c.key)).mappings().all()
+            return [dict(row) for row in rows]
 
     def current(self, key: str) -> int:
         with self._tx.read() as conn:

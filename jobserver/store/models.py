@@ -157,9 +157,12 @@ class ServerRow(Base):
 
 
 class LockEpochRow(Base):
-    """Fence sources for lock backends without their own (file, postgres)."""
+    """The newest fence of every lock key (see ``jobserver.store.epochs``)."""
 
     __tablename__ = "lock_epochs"
 
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Who took the newest lease and when: leaders and lock holders at a glance.
+    holder: Mapped[str | None] = mapped_column(String(100))
+    acquired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

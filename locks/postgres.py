@@ -1,0 +1,196 @@
+"""PostgreSQL session advisory locks on one dedicated connection per node.
+
+The server frees a session's advisory locks when its connection ends, which is how
+other nodes learn that a holder died. Detection is bounded three ways: TCP keepalives
+and ``tcp_user_timeout`` for a vanished host, ``idle_session_timeout`` (PostgreSQL 14+)
+for a holder that is alive but stopped (SIGSTOP, a long GC pause) — a monitor thread
+pings every second, so only a stalled process goes idle that long — and the monitor's
+failed ping for this side, which marks every lease lost at once.
+
+Advisory locks are re-entrant within a session, so this module keeps its own table of
+held keys: a second lease on the same key in this process is refused like any other.
+Keys are hashed to a stable signed 64-bit integer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg2
+from sqlalchemy.engine import make_url
+
+from jobserver.exceptions import LockError
+from locks.base import Lease, LockBackend
+
+log = logging.getLogger(__name__)
+
+RETRY_INTERVAL = 0.05
+PING_INTERVAL = 1.0
+
+
+def advisory_key(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
+
+
+def libpq_params(url: str) -> dict[str, Any]:
+    parsed = make_url(url)
+    params = {"host": parsed.host, "port": parsed.port, "user": parsed.username,
+              "password": parsed.password, "dbname": parsed.database}
+    return {name: value for name, value in params.items() if value is not None}
+
+
+class PostgresLease(Lease):
+    def __init__(self, key: str, backend: PostgresLockBackend,
+                 next_fence: Callable[[str, str], int], holder: str) -> None:
+        super().__init__(key, lambda: next_fence(key, holder))
+        self._backend = backend
+
+    def _release(self) -> None:
+        self._backend._unlock(self)
+
+
+class PostgresLockBackend(LockBackend):
+    name = "postgres"
+
+    def __init__(self, url: str, identity: str, next_fence: Callable[[str, str], int],
+                 holder_of: Callable[[str], str | None], session_timeout: float = 5.0) -> None:
+        self._params = libpq_params(url)
+        self._identity = identity
+        self._next_fence = next_fence
+        self._holder_of = holder_of
+        self._session_timeout = session_timeout
+        self._mutex = threading.RLock()
+        self._leases: dict[str, PostgresLease] = {}
+        self._conn: Any = None
+        self._closed = threading.Event()
+        self._connect()
+        self._monitor = threading.Thread(target=self._monitor_loop, name="pg-lock-monitor",
+                                         daemon=True)
+        self._monitor.start()
+
+    # -- connection ----------------------------------------------------------------------
+    def _connect(self) -> None:
+        timeout_ms = int(self._session_timeout * 1000)
+        conn = psycopg2.connect(
+            **self._params, connect_timeout=max(2, int(self._session_timeout)),
+            application_name=f"jobserver-locks {self._identity}"[:63],
+            keepalives=1, keepalives_idle=1, keepalives_interval=1, keepalives_count=2,
+            tcp_user_timeout=timeout_ms)
+        conn.autocommit = True
+        with conn.cursor() as cursor:
+            if conn.server_version >= 140000:
+                cursor.execute("SET idle_session_timeout = %s", (f"{timeout_ms}ms",))
+        self._conn = conn
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        with self._mutex:
+            if self._conn is None:
+                raise LockError("the lock connection to PostgreSQL is down")
+            try:
+                with self._conn.cursor() as cursor:
+                    cursor.execute(sql, params)
+                    return cursor.fetchone()[0]
+            except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+                self._connection_lost(str(exc).strip())
+                raise LockError(f"lock connection failed: {exc}") from None
+
+    def _connection_lost(self, reason: str) -> None:
+        """The server has dropped (or will drop) every lock of this session."""
+        with self._mutex:
+            leases = list(self._leases.values())
+            self._leases.clear()
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                except Exception:  # already broken
+                    pass
+            self._conn = None
+        for lease in leases:
+            lease.mark_lost(f"PostgreSQL session ended: {reason}")
+
+    def _monitor_loop(self) -> None:
+        while not self._closed.wait(PING_INTERVAL):
+            try:
+                if self._conn is None:
+                    with self._mutex:
+                        self._connect()
+                    log.info("lock connection to PostgreSQL re-established")
+                else:
+                    self._query("SELECT 1")
+            except Exception as exc:  # reported through mark_lost; keep trying
+                log.warning("lock connection check failed: %s", exc)
+
+    # -- the interface -------------------------------------------------------------------
+    def acquire(self, key: str, blocking: bool = True,
+                timeout: float | None = None) -> Lease | None:
+        return self._take(key, self._identity, blocking, timeout)
+
+    def elect(self, name: str, identity: str, blocking: bool = True,
+              timeout: float | None = None) -> Lease | None:
+        lease = self._take(f"election/{name}", identity, blocking, timeout)
+        if lease is not None:
+            lease.fence  # noqa: B018 - drawing the fence records the leader's identity
+        return lease
+
+    def _take(self, key: str, holder: str, blocking: bool,
+              timeout: float | None) -> Lease | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._mutex:
+                if key not in self._leases and self._query(
+                        "SELECT pg_try_advisory_lock(%s)", (advisory_key(key),)):
+                    lease = PostgresLease(key, self, self._next_fence, holder)
+                    self._leases[key] = lease
+                    return lease
+            if not blocking or (deadline is not None and time.monotonic() >= deadline):
+                return None
+            time.sleep(RETRY_INTERVAL)
+
+    def _unlock(self, lease: PostgresLease) -> None:
+        with self._mutex:
+            if self._leases.get(lease.key) is not lease:
+                return
+            del self._leases[lease.key]
+            try:
+                self._query("SELECT pg_advisory_unlock(%s)", (advisory_key(lease.key),))
+            except LockError:
+                pass  # the session is gone, and the lock with it
+
+    def is_held(self, key: str) -> bool | None:
+        with self._mutex:
+            if key in self._leases:
+                return True
+        unsigned = advisory_key(key) & 0xFFFFFFFFFFFFFFFF
+        try:
+            return bool(self._query(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                "AND granted AND database = (SELECT oid FROM pg_database "
+                "WHERE datname = current_database()) AND classid = %s AND objid = %s "
+                "AND objsubid = 1)", (unsigned >> 32, unsigned & 0xFFFFFFFF)))
+        except LockError:
+            return None  # unknown: callers must not treat it as dead
+
+    def _publish_leader(self, name: str, identity: str, lease: Lease) -> None:
+        """Done by :meth:`elect`: the fence row names the holder."""
+
+    def leader(self, name: str) -> str | None:
+        key = f"election/{name}"
+        if not self.is_held(key):
+            return None
+        return self._holder_of(key)
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._mutex:
+            leases = list(self._leases.values())
+        for lease in leases:
+            lease.release()
+        with self._mutex:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

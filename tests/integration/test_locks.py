@@ -1,0 +1,214 @@
+"""The lock-backend contract, run against every backend.
+
+Cross-process exclusion and liveness use real processes, real PostgreSQL and a real
+ZooKeeper server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from jobserver.config import load_config
+from jobserver.exceptions import ConfigError
+from jobserver.node import make_lock_backend
+from jobserver.store import Store
+from locks import create_lock_backend
+from locks.base import LockBackend
+from tests.helpers import wait_for
+
+
+@dataclass
+class Setup:
+    """How to reach one backend: the environment a node (or a holder process) reads."""
+
+    name: str
+    env: dict[str, str]
+    store: Store | None
+
+    def config(self, node: str = "test-node"):
+        return load_config(environ={**self.env, "JOBSERVER_SERVER__ID": node})
+
+    def backend(self, node: str = "test-node") -> LockBackend:
+        if self.name == "memory":
+            return create_lock_backend("memory")
+        return make_lock_backend(self.config(node), self.store)
+
+
+@pytest.fixture(params=["file", "memory", "postgres", "zookeeper"])
+def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
+    env = {"JOBSERVER_LOCK__BACKEND": request.param, "JOBSERVER_DATA_DIR": str(tmp_path)}
+    if request.param == "postgres":
+        store = request.getfixturevalue("store_on_postgres")
+        env["JOBSERVER_DATABASE__URL"] = store.url
+        yield Setup(request.param, env, store)
+        return
+    if request.param == "zookeeper":
+        env["JOBSERVER_ZOOKEEPER__HOSTS"] = request.getfixturevalue("zookeeper")
+        env["JOBSERVER_ZOOKEEPER__ROOT"] = f"/test-{uuid.uuid4().hex[:8]}"
+    store = Store(f"sqlite:///{tmp_path / 'locks.db'}")
+    store.upgrade()
+    env["JOBSERVER_DATABASE__URL"] = store.url
+    yield Setup(request.param, env, store)
+    store.dispose()
+
+
+@pytest.fixture
+def backend(setup: Setup) -> Iterator[LockBackend]:
+    backend = setup.backend()
+    yield backend
+    backend.close()
+
+
+def test_acquire_is_exclusive_and_release_frees(backend: LockBackend) -> None:
+    lease = backend.acquire("a", blocking=False)
+    assert lease is not None and lease.is_valid()
+    assert backend.is_held("a") is True
+    assert backend.acquire("a", blocking=False) is None
+    assert backend.acquire("b", blocking=False) is not None
+    lease.release()
+    assert not lease.is_valid()
+    assert backend.is_held("a") is False
+    again = backend.acquire("a", blocking=False)
+    assert again is not None
+    again.release()
+
+
+def test_fence_grows_with_every_acquisition(backend: LockBackend) -> None:
+    fences = []
+    for _ in range(3):
+        with backend.acquire("k") as lease:
+            fences.append(lease.fence)
+    assert fences == sorted(fences) and len(set(fences)) == 3
+
+
+def test_blocking_timeout_and_handover(backend: LockBackend) -> None:
+    holder = backend.acquire("k")
+    holder_fence = holder.fence
+    started = time.monotonic()
+    assert backend.acquire("k", blocking=True, timeout=0.3) is None
+    assert time.monotonic() - started >= 0.29
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(backend.acquire("k", timeout=5)))
+    waiter.start()
+    time.sleep(0.1)  # let the waiter block on the held lock
+    holder.release()
+    waiter.join(5)
+    assert got and got[0] is not None and got[0].fence > holder_fence
+    got[0].release()
+
+
+def test_release_is_idempotent(backend: LockBackend) -> None:
+    lease = backend.acquire("k")
+    lease.release()
+    lease.release()
+    assert backend.is_held("k") is False
+
+
+def test_election_hand_over(backend: LockBackend) -> None:
+    assert backend.leader("scheduler") is None
+    first = backend.elect("scheduler", "node-1")
+    first_fence = first.fence
+    assert backend.leader("scheduler") == "node-1"
+    assert backend.elect("scheduler", "node-2", blocking=False) is None
+    first.release()
+    assert backend.leader("scheduler") is None
+    second = backend.elect("scheduler", "node-2", timeout=1)
+    assert second is not None and second.fence > first_fence
+    assert backend.leader("scheduler") == "node-2"
+    second.release()
+
+
+def _force_loss(setup: Setup, backend: LockBackend) -> None:
+    if setup.name == "memory":
+        backend.expire("k")
+    elif setup.name == "postgres":
+        with setup.store.engine.connect() as conn:
+            killed = conn.exec_driver_sql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'jobserver-locks test-node'").scalar()
+        assert killed == 1
+    else:  # a second client on the same session closes it: the session expires
+        from kazoo.client import KazooClient
+
+        client = backend._client
+        twin = KazooClient(hosts=setup.env["JOBSERVER_ZOOKEEPER__HOSTS"],
+                           client_id=client.client_id)
+        twin.start(timeout=5)
+        twin.stop()
+        twin.close()
+
+
+@pytest.mark.parametrize("setup", ["memory", "postgres", "zookeeper"], indirect=True)
+def test_loss_is_exposed(setup: Setup, backend: LockBackend) -> None:
+    lease = backend.acquire("k")
+    lost = threading.Event()
+    lease.on_lost(lambda _lease: lost.set())
+    _force_loss(setup, backend)
+    assert lost.wait(5), "the backend did not report the lost lease"
+    assert not lease.is_valid()
+    late = threading.Event()
+    lease.on_lost(lambda _lease: late.set())  # registering after the loss still reports it
+    assert late.is_set()
+    again = wait_for(lambda: _try(backend), timeout=10, what="the lock to be acquirable again")
+    assert again.fence > 0
+    again.release()
+
+
+def _try(backend: LockBackend):
+    try:
+        return backend.acquire("k", blocking=False)
+    except Exception:  # noqa: BLE001 - reconnecting
+        return None
+
+
+def _start_holder(setup: Setup, key: str) -> tuple[subprocess.Popen[str], int]:
+    env = {**os.environ, **setup.env, "JOBSERVER_SERVER__ID": "holder"}
+    holder = subprocess.Popen([sys.executable, "-m", "tests.lock_holder", key], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    line = holder.stdout.readline().split()
+    assert line and line[0] == "held", f"holder did not start ({holder.poll()})"
+    return holder, int(line[1])
+
+
+CROSS_PROCESS = ["file", "postgres", "zookeeper"]
+
+
+@pytest.mark.parametrize("setup", CROSS_PROCESS, indirect=True)
+def test_exclusion_across_processes_and_release_on_death(setup: Setup) -> None:
+    bound = 2.0
+    holder, holder_fence = _start_holder(setup, "shared")
+    backend = setup.backend("observer")
+    try:
+        assert backend.acquire("shared", blocking=False) is None
+        assert backend.is_held("shared") is True
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(5)
+        killed = time.monotonic()
+        # ZooKeeper frees the lock when the dead client's session times out.
+        limit = bound + (setup.config().zookeeper.session_timeout
+                         if setup.name == "zookeeper" else 0)
+        lease = wait_for(lambda: backend.acquire("shared", blocking=False), timeout=limit,
+                         what=f"{setup.name} to free a dead holder's lock")
+        print(f"{setup.name}: lock free {time.monotonic() - killed:.2f} s after kill -9")
+        assert lease.fence > holder_fence
+        lease.release()
+    finally:
+        holder.kill()
+        holder.wait()
+        backend.close()
+
+
+def test_unknown_and_missing_backends() -> None:
+    with pytest.raises(ConfigError, match="unknown backend 'etcd'"):
+        create_lock_backend("etcd")

@@ -25,7 +25,7 @@ from jobserver.store.records import JobRecord, StepOutcome, StepRecord
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 300.0
-#: Cancel reason used when this node shuts down: the job goes back to READY at once.
+#: Cancel reason used when this node shuts down.
 NODE_STOPPING = "node stopping"
 
 
@@ -39,12 +39,19 @@ class JobExecution:
         self._shell = shell
         self.cancelled = threading.Event()
         self.cancel_reason: str | None = None
+        self.requeue = False
         self.fenced_off = False
 
-    def cancel(self, reason: str) -> None:
-        """Stop the job's running steps (subprocesses are killed); idempotent."""
+    def cancel(self, reason: str, requeue: bool = False) -> None:
+        """Stop the job's running steps (subprocesses are killed); idempotent.
+
+        ``requeue``: this node gives the job up (shutdown, lost segment lock) and puts
+        it back to READY at once, its interrupted steps included, rather than leaving
+        it to orphan rescue. An operator's pause or discard is not re-queued.
+        """
         if not self.cancelled.is_set():
             self.cancel_reason = reason
+            self.requeue = requeue
             self.cancelled.set()
 
     def run(self) -> None:
@@ -118,8 +125,8 @@ class JobExecution:
 
     def _conclude(self, failed: tuple[StepRecord, StepOutcome] | None,
                   pending: list[StepRecord]) -> None:
-        if self.cancel_reason == NODE_STOPPING:
-            self._store.runs.release(self.token, "node stopping; re-queued")
+        if self.requeue:
+            self._store.runs.release(self.token, f"{self.cancel_reason}; re-queued")
         elif self.cancelled.is_set():
             log.info("job %s: %s", self.job.id, self.cancel_reason, extra=self._log_extra())
         elif failed is not None:
@@ -150,7 +157,7 @@ class JobExecution:
                 if self.cancelled.wait(delay):
                     return StepOutcome(State.STOPPED, error="cancelled during retry backoff")
                 continue
-            if self.cancel_reason == NODE_STOPPING and outcome.state is State.STOPPED:
+            if self.requeue and outcome.state is State.STOPPED:
                 outcome = replace(outcome, state=State.READY)  # to be run again elsewhere
             self._store.runs.finish_step(self.token, step, attempt, outcome)
             return outcome

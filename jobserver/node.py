@@ -19,6 +19,7 @@ from jobserver.runner import Runner
 from jobserver.steps import step_types
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
+from jobserver.wakeup import Listener
 from locks import create_lock_backend
 from locks.base import Lease, LockBackend
 from schedulers import Scheduler, SchedulerContext, create_scheduler
@@ -63,7 +64,8 @@ class Node:
         self.config = config
         self.id = config.server.id
         self.python_steps = python_steps or PythonSteps.with_entry_points()
-        self.store = Store(config.database_url, config.database.pool_size)
+        self.store = Store(config.database_url, config.database.pool_size,
+                           notify=config.scheduler.notify)
         self.locks = make_lock_backend(config, self.store)
         self.runner = Runner(self.store, step_types(self.python_steps), config.steps.shell,
                              config.capacity, on_slot_freed=self._wake)
@@ -72,6 +74,7 @@ class Node:
         self.scheduler: Scheduler = create_scheduler(self.ctx)
         self._presence: Lease | None = None
         self._threads: list[threading.Thread] = []
+        self._listener: Listener | None = None
 
     def _wake(self) -> None:
         self.ctx.wake.set()
@@ -87,6 +90,9 @@ class Node:
         for job_id, state in self.store.servers.requeue_orphans(self.id, self.id):
             log.warning("job %s was left running by this node's last run: now %s", job_id, state)
         self.runner.start()
+        if self.store.tx.notifies:
+            self._listener = Listener(self.store.url, self.ctx.wake)
+            self._listener.start()
         self._spawn("heartbeat", self._heartbeat_loop)
         self._spawn("scheduler", self._scheduler_loop)
         log.info("node %s started in %s mode with %s lock backend", self.id,
@@ -133,10 +139,12 @@ class Node:
         if not drained:
             log.warning("drain timeout: %s job(s) still running are cancelled",
                         self.runner.running_count())
-            self.runner.cancel_all(NODE_STOPPING)
+            self.runner.cancel_all(NODE_STOPPING, requeue=True)
             self.runner.wait_idle(5)
         for thread in self._threads:
             thread.join(timeout=5)
+        if self._listener is not None:
+            self._listener.stop()
         self.runner.shutdown()
         self._close()
         return drained

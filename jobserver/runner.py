@@ -67,11 +67,11 @@ class Runner:
         self._pool.submit(self._execute, execution, on_done)
         return execution
 
-    def cancel(self, job_id: int, reason: str) -> None:
+    def cancel(self, job_id: int, reason: str, requeue: bool = False) -> None:
         with self._lock:
             execution = self._running.get(job_id)
         if execution is not None:
-            execution.cancel(reason)
+            execution.cancel(reason, requeue)
 
     def _execute(self, execution: JobExecution, on_done: Callable[[], None] | None) -> None:
         try:
@@ -89,11 +89,11 @@ class Runner:
                 self._idle.notify_all()
             self._on_slot_freed()
 
-    def cancel_all(self, reason: str) -> None:
+    def cancel_all(self, reason: str, requeue: bool = False) -> None:
         with self._lock:
             executions = list(self._running.values())
         for execution in executions:
-            execution.cancel(reason)
+            execution.cancel(reason, requeue)
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no job runs; False if some still run after ``timeout`` seconds."""

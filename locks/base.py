@@ -106,6 +106,9 @@ class LockBackend(ABC):
 
     #: The name used in ``lock.backend``.
     name: str = ""
+    #: True when fences are drawn from the store's epoch counters (file, postgres),
+    #: False when the backend has its own (ZooKeeper's czxid, memory).
+    fences_from_store: bool = False
 
     @abstractmethod
     def acquire(self, key: str, blocking: bool = True,

@@ -40,6 +40,7 @@ class FileLease(Lease):
 
 class FileLockBackend(LockBackend):
     name = "file"
+    fences_from_store = True
 
     def __init__(self, directory: str | os.PathLike[str],
                  next_fence: Callable[[str, str], int], identity: str = "") -> None:

@@ -56,6 +56,7 @@ class PostgresLease(Lease):
 
 class PostgresLockBackend(LockBackend):
     name = "postgres"
+    fences_from_store = True
 
     def __init__(self, url: str, identity: str, next_fence: Callable[[str, str], int],
                  holder_of: Callable[[str], str | None], session_timeout: float = 5.0) -> None:

@@ -79,8 +79,15 @@ class Scheduler(ABC):
         return len(jobs)
 
     def record_lease(self, lease: Lease) -> bool:
-        """Make ``lease`` the newest known to the store; False if it is already stale."""
-        return self.ctx.store.epochs.advance(lease.key, lease.fence)
+        """Make ``lease`` the newest known to the store; False if it is already stale.
+
+        File and postgres fences are drawn from the store, so they are recorded
+        already; ZooKeeper's ``czxid`` is written here before any claim relies on it.
+        """
+        if self.ctx.locks.fences_from_store:
+            lease.fence  # noqa: B018 - draws (and so records) the fence
+            return True
+        return self.ctx.store.epochs.advance(lease.key, lease.fence, self.ctx.node_id)
 
     def rescue_orphans(self) -> int:
         """Re-queue jobs RUNNING on dead nodes. A node is dead when its presence lock

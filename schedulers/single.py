@@ -17,7 +17,7 @@ from schedulers.base import Scheduler, Ticker
 log = logging.getLogger(__name__)
 
 GLOBAL_LOCK = "scheduler/global"
-LOCK_WAIT = 0.25
+LOCK_WAIT = 1.0
 
 
 class SingleScheduler(Scheduler):

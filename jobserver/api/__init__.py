@@ -47,7 +47,8 @@ def create_app(config: Config | None = None, store: Store | None = None,
     app.json.sort_keys = False
     app.extensions["jobserver"] = ApiContext(
         config=config,
-        store=store or Store(config.database_url, config.database.pool_size),
+        store=store or Store(config.database_url, config.database.pool_size,
+                             notify=config.scheduler.notify),
         policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables))
 
     from jobserver.api import cluster, health, jobs, openapi

@@ -19,12 +19,22 @@ from jobserver.store.models import Base
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
+#: The PostgreSQL channel that wakes idle schedulers (see ``jobserver.wakeup``).
+WAKE_CHANNEL = "jobserver_work"
+
+
 class Transactions:
     """Write and read transactions on one engine (``BEGIN IMMEDIATE`` vs deferred on SQLite)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, notify: bool = True) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
+        self.notifies = notify and self.dialect == "postgresql"
+
+    def notify(self, conn: Connection) -> None:
+        """Wake idle schedulers when this transaction commits (PostgreSQL only)."""
+        if self.notifies:
+            conn.exec_driver_sql(f"NOTIFY {WAKE_CHANNEL}")
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
@@ -40,7 +50,7 @@ class Transactions:
 
 
 class Store:
-    def __init__(self, url: str, pool_size: int = 5) -> None:
+    def __init__(self, url: str, pool_size: int = 5, notify: bool = True) -> None:
         from jobserver.store.epochs import EpochRepository
         from jobserver.store.jobs import JobRepository
         from jobserver.store.runs import RunRepository
@@ -48,7 +58,7 @@ class Store:
 
         self.url = url
         self.engine = make_engine(url, pool_size)
-        self.tx = Transactions(self.engine)
+        self.tx = Transactions(self.engine, notify)
         self.jobs = JobRepository(self.tx)
         self.runs = RunRepository(self.tx)
         self.servers = ServerRepository(self.tx)

@@ -37,6 +37,7 @@ class JobRepository:
                 if existing is not None:
                     return self._get(conn, existing), False
                 job_id = self._insert(conn, spec, dependencies, idempotency_key, request_hash)
+                self._tx.notify(conn)
                 return self._get(conn, job_id), True
         except IntegrityError:
             if idempotency_key is None:
@@ -152,6 +153,8 @@ class JobRepository:
             conn.execute(update(jobs).where(jobs.c.id == job_id)
                          .values(**_job_values(operation)))
             changed = _reset_steps(conn, job_id, operation)
+            if operation.target is State.READY:
+                self._tx.notify(conn)
             record_events(conn, [
                 {"job_id": job_id, "from_state": current, "to_state": operation.target,
                  "message": operation.value}]

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, and_, exists, or_, select, update
+from sqlalchemy import Connection, and_, exists, func, or_, select, update
 
 from jobserver.exceptions import FencedOff
 from jobserver.states import State
@@ -86,6 +86,8 @@ class RunRepository:
                     jobs.c.id.in_(job_ids), jobs.c.state == State.READY.value,
                     jobs.c.node.is_(None), is_current(lease.key, lease.fence))
                     .values(node=node, fence=lease.fence, updated_at=store_now())).rowcount
+            if assigned:
+                self._tx.notify(conn)
         return assigned
 
     def claim_assigned(self, node: str, limit: int) -> list[JobRecord]:
@@ -108,6 +110,24 @@ class RunRepository:
                                   "to_state": State.RUNNING, "node": node, "fence": job.fence,
                                   "attempt": job.attempt} for job in claimed])
         return claimed
+
+    def unassigned(self, limit: int) -> list[tuple[int, list[str] | None]]:
+        """Leader mode: the next READY, due, unassigned jobs with their allowed nodes."""
+        query = (select(jobs.c.id, jobs.c.assigned_servers)
+                 .where(jobs.c.state == State.READY.value, jobs.c.node.is_(None),
+                        or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()))
+                 .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
+        with self._tx.read() as conn:
+            return [(row.id, json.loads(row.assigned_servers) if row.assigned_servers else None)
+                    for row in conn.execute(query)]
+
+    def load_by_node(self) -> dict[str, int]:
+        """Jobs each node holds: started (RUNNING) or assigned to it (READY)."""
+        query = (select(jobs.c.node, func.count())
+                 .where(jobs.c.state.in_([State.READY.value, State.RUNNING.value]),
+                        jobs.c.node.is_not(None)).group_by(jobs.c.node))
+        with self._tx.read() as conn:
+            return {node: int(count) for node, count in conn.execute(query)}
 
     def peek(self, node: str, limit: int) -> list[tuple[int, str | None]]:
         """Distributed mode: the next ``(job_id, lock_key)`` pairs ``node`` could claim."""

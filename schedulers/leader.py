@@ -1,0 +1,125 @@
+"""``leader`` mode (Kylin's CuratorScheduler, improved): one elected leader assigns.
+
+Every node runs two loops. The election loop waits to become leader. The work loop
+starts the jobs assigned to this node; and while this node leads, it also assigns
+READY jobs to live nodes — itself included — by free capacity, honouring each job's
+``assigned_servers``. Assignments are written under the leader's fence, so a deposed
+leader that has not noticed yet assigns nothing. Assignments to dead nodes go back to
+the pool through orphan rescue, which the leader runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from jobserver.config import SchedulerMode
+from locks.base import Lease
+from schedulers.base import Scheduler, Ticker
+
+log = logging.getLogger(__name__)
+
+ELECTION = "scheduler"
+ELECTION_WAIT = 1.0
+
+
+def plan_assignments(candidates: list[tuple[int, list[str] | None]],
+                     free: dict[str, int]) -> dict[str, list[int]]:
+    """Give each job, in order, to the eligible node with the most free slots."""
+    free = {node: slots for node, slots in free.items() if slots > 0}
+    plan: dict[str, list[int]] = {}
+    for job_id, allowed in candidates:
+        eligible = [node for node in free
+                    if free[node] > 0 and (allowed is None or node in allowed)]
+        if not eligible:
+            continue
+        node = max(sorted(eligible), key=lambda name: free[name])
+        free[node] -= 1
+        plan.setdefault(node, []).append(job_id)
+    return plan
+
+
+class LeaderScheduler(Scheduler):
+    mode = SchedulerMode.LEADER
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.lease: Lease | None = None
+
+    def run(self) -> None:
+        election = threading.Thread(target=self._election_loop, name="election", daemon=True)
+        election.start()
+        rescue = Ticker(self.ctx.config.server.heartbeat_interval)
+        poll = self.ctx.config.scheduler.poll_interval
+        while not self.ctx.stopping.is_set():
+            try:
+                if self._leading() and rescue.due():
+                    self.rescue_orphans()
+                assigned = self._assign() if self._leading() else 0
+                started = self._start_assigned()
+            except Exception:
+                self.pause_after_error("scheduling")
+                continue
+            if not (assigned or started) or self.ctx.runner.free_slots() == 0:
+                self.wait_for_work(poll)
+        election.join(ELECTION_WAIT * 2)
+
+    def _leading(self) -> bool:
+        lease = self.lease
+        self.active = lease is not None and lease.is_valid()
+        return self.active and self.ctx.locks.can_claim()
+
+    def _election_loop(self) -> None:
+        while not self.ctx.stopping.is_set():
+            try:
+                lease = self.ctx.locks.elect(ELECTION, self.ctx.node_id, timeout=ELECTION_WAIT)
+            except Exception:
+                self.pause_after_error("leader election")
+                continue
+            if lease is None:
+                continue
+            if self.record_lease(lease):
+                self._lead(lease)
+            lease.release()
+            self.lease, self.active = None, False
+
+    def _lead(self, lease: Lease) -> None:
+        log.info("node %s is the leader (fence %s)", self.ctx.node_id, lease.fence)
+        lease.on_lost(lambda _lease: self.ctx.wake.set())
+        self.lease = lease
+        self._announce_role("active")
+        while not self.ctx.stopping.is_set() and lease.is_valid():
+            self.ctx.stopping.wait(ELECTION_WAIT)
+        if not lease.is_valid():
+            log.error("lost leadership (fence %s)", lease.fence)
+        self._announce_role("standby")
+
+    def _announce_role(self, role: str) -> None:
+        try:
+            self.ctx.store.servers.set_role(self.ctx.node_id, role)
+        except Exception:
+            log.warning("could not record role %s", role, exc_info=True)
+
+    def _assign(self) -> int:
+        lease = self.lease
+        if lease is None:
+            return 0
+        free = self._free_slots()
+        total = sum(free.values())
+        if total <= 0:
+            return 0
+        plan = plan_assignments(self.ctx.store.runs.unassigned(total), free)
+        return self.ctx.store.runs.assign(lease, plan) if plan else 0
+
+    def _free_slots(self) -> dict[str, int]:
+        dead_after = self.ctx.config.server.dead_after
+        load = self.ctx.store.runs.load_by_node()
+        return {server.id: server.capacity - load.get(server.id, 0)
+                for server in self.ctx.store.servers.list()
+                if server.state == "alive" and server.heartbeat_age <= dead_after}
+
+    def _start_assigned(self) -> int:
+        room = self.room()
+        if room <= 0:
+            return 0
+        return self.start(self.ctx.store.runs.claim_assigned(self.ctx.node_id, room))

@@ -220,25 +220,33 @@ def test_single_mode_one_active_takeover_and_fencing(store: Store, tmp_path: Pat
     for node in ("A", "B"):
         store.servers.register(node, "h", 1, "single", 4)
     a, a_harness, a_thread = _scheduler(store, locks, "A")
-    wait_for(lambda: a.active, what="A to become active")
-    b, b_harness, b_thread = _scheduler(store, locks, "B")
-    ledger = tmp_path / "ledger"
-    job_id = submit(store, steps=[{"name": "s", "type": "shell", "argv": [
-        "sh", "-c", f"echo $JOBSERVER_JOB_ATTEMPT $JOBSERVER_FENCE >> {ledger}; sleep 1"]}])
-    wait_for(lambda: ledger.exists(), what="the job to start on A")
-    assert not b.active
-    store.servers.mark_stopped("A")  # A is now dead as far as the store can tell...
-    locks.expire("scheduler/global")  # ...and its session is gone.
-    wait_for(lambda: b.active, timeout=2, what="B to take over")
-    job = wait_for(lambda: (j := store.jobs.get(job_id)).state is State.SUCCEED and j,
-                   timeout=10, what="the job to succeed on B")
-    assert job.node == "B" and job.attempt == 2
-    wait_for(lambda: a_harness.runner.fenced_off_count == 1, timeout=5,
-             what="A's execution to be fenced off")
-    lines = [tuple(map(int, line.split())) for line in ledger.read_text().splitlines()]
-    assert [attempt for attempt, _ in lines] == [1, 2] and lines[0][1] < lines[1][1]
-    for scheduler_ctx in (a.ctx, b.ctx):
-        scheduler_ctx.stopping.set()
-        scheduler_ctx.wake.set()
-    a_thread.join(5), b_thread.join(5)
-    a_harness.close(), b_harness.close()
+    b, b_harness, b_thread = None, None, None
+    try:
+        wait_for(lambda: a.active, what="A to become active")
+        b, b_harness, b_thread = _scheduler(store, locks, "B")
+        ledger = tmp_path / "ledger"
+        job_id = submit(store, steps=[{"name": "s", "type": "shell", "argv": [
+            "sh", "-c", f"echo $JOBSERVER_JOB_ATTEMPT $JOBSERVER_FENCE >> {ledger}; sleep 1"]}])
+        wait_for(lambda: ledger.exists(), what="the job to start on A")
+        assert not b.active
+        # A is cut off: its heartbeat row says stopped, its session expires, and it
+        # cannot reach the lock service again (its scheduler loop ends). Its runner
+        # goes on with the job, believing it still owns it.
+        store.servers.mark_stopped("A")
+        a.ctx.stopping.set()
+        locks.expire("scheduler/global")
+        wait_for(lambda: b.active, timeout=2, what="B to take over")
+        job = wait_for(lambda: (j := store.jobs.get(job_id)).state is State.SUCCEED and j,
+                       timeout=10, what="the job to succeed on B")
+        assert job.node == "B" and job.attempt == 2
+        wait_for(lambda: a_harness.runner.fenced_off_count == 1, timeout=5,
+                 what="A's execution to be fenced off")
+        lines = [tuple(map(int, line.split())) for line in ledger.read_text().splitlines()]
+        assert [attempt for attempt, _ in lines] == [1, 2] and lines[0][1] < lines[1][1]
+    finally:
+        for scheduler, harness, thread in ((a, a_harness, a_thread), (b, b_harness, b_thread)):
+            if scheduler is not None:
+                scheduler.ctx.stopping.set()
+                scheduler.ctx.wake.set()
+                thread.join(5)
+                harness.close()

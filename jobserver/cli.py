@@ -110,6 +110,9 @@ def _cluster(config: Config, nodes: int, demo: bool) -> int:
         raise ConfigError(f"api.bind: {config.api.bind} is already in use")
     cluster = LocalCluster(config, nodes)
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    # A closed terminal: the nodes run in process groups of their own and do not get
+    # the hang-up, so the launcher must stop them.
+    signal.signal(signal.SIGHUP, _terminate_as_interrupt)
     try:
         cluster.start()
         ids = cluster.submit_demo_jobs() if demo else []

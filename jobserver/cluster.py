@@ -68,10 +68,15 @@ class LocalCluster:
         self.wait_healthy()
 
     def start_node(self, index: int) -> None:
+        # Each node in a process group of its own: Ctrl-C (SIGINT to the terminal's
+        # foreground group) reaches only the launcher, whose stop() then sends each node
+        # one SIGTERM. Had the nodes seen the SIGINT too, that SIGTERM would be their
+        # second signal, and they would exit at once instead of draining.
         log = open(self.log_dir / f"node-{index}.log", "ab")
         self.processes[index] = subprocess.Popen(
             [sys.executable, "-m", "jobserver.cli", "serve"],
-            env=node_env(self.config, index, self.token), stdout=log, stderr=subprocess.STDOUT)
+            env=node_env(self.config, index, self.token), stdout=log, stderr=subprocess.STDOUT,
+            process_group=0)
         log.close()
 
     def wait_healthy(self) -> None:

@@ -75,6 +75,9 @@ class Node:
         self._presence: Lease | None = None
         self._threads: list[threading.Thread] = []
         self._listener: Listener | None = None
+        # Heartbeats go on while draining, or other nodes would rescue jobs this node is
+        # still finishing; they stop only once the node is done.
+        self._closed = threading.Event()
 
     def _wake(self) -> None:
         self.ctx.wake.set()
@@ -111,7 +114,7 @@ class Node:
 
     def _heartbeat_loop(self) -> None:
         interval = self.config.server.heartbeat_interval
-        while not self.ctx.stopping.wait(interval):
+        while not self._closed.wait(interval):
             self.heartbeat()
 
     def heartbeat(self) -> None:
@@ -141,6 +144,7 @@ class Node:
                         self.runner.running_count())
             self.runner.cancel_all(NODE_STOPPING, requeue=True)
             self.runner.wait_idle(5)
+        self._closed.set()
         for thread in self._threads:
             thread.join(timeout=5)
         if self._listener is not None:

@@ -80,8 +80,12 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
-def _terminate_as_interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt
+class _Stop(Exception):
+    """SIGTERM or SIGHUP to the cluster launcher: stop the nodes and exit 0."""
+
+
+def _stop_cluster(_signum: int, _frame: object) -> None:
+    raise _Stop
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -109,15 +113,17 @@ def _cluster(config: Config, nodes: int, demo: bool) -> int:
     if _port_in_use(host, int(port)):
         raise ConfigError(f"api.bind: {config.api.bind} is already in use")
     cluster = LocalCluster(config, nodes)
-    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    signal.signal(signal.SIGTERM, _stop_cluster)
     # A closed terminal: the nodes run in process groups of their own and do not get
     # the hang-up, so the launcher must stop them.
-    signal.signal(signal.SIGHUP, _terminate_as_interrupt)
+    signal.signal(signal.SIGHUP, _stop_cluster)
     try:
         cluster.start()
         ids = cluster.submit_demo_jobs() if demo else []
         print(cluster.banner(ids), flush=True)
         cluster.supervise()
+    except _Stop:
+        pass
     finally:
         cluster.stop()
     return 0

@@ -55,7 +55,7 @@ class LocalCluster:
         self.count = nodes
         self.token = cluster_token(config)
         self.url = f"http://{config.api.bind}"
-        self.log_dir = config.data_dir / "logs"
+        self.log_dir = (config.data_dir / "logs").resolve()
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     def start(self) -> None:
@@ -74,7 +74,7 @@ class LocalCluster:
         # second signal, and they would exit at once instead of draining.
         log = open(self.log_dir / f"node-{index}.log", "ab")
         self.processes[index] = subprocess.Popen(
-            [sys.executable, "-m", "jobserver.cli", "serve"],
+            [sys.executable, "-P", "-m", "jobserver.cli", "serve"],
             env=node_env(self.config, index, self.token), stdout=log, stderr=subprocess.STDOUT,
             process_group=0)
         log.close()

@@ -21,7 +21,7 @@ import time
 
 from jobserver.config import Config
 from jobserver.exceptions import ConfigError
-from jobserver.node import Node, upgrade_schema
+from jobserver.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,8 @@ API_RESTART_DELAY = 2.0
 
 
 def gunicorn_command(config: Config) -> list[str]:
-    command = [sys.executable, "-m", "gunicorn", "--bind", config.api.bind,
+    # -P: never import from the working directory (a data dir holds a "locks" folder).
+    command = [sys.executable, "-P", "-m", "gunicorn", "--bind", config.api.bind,
                "--workers", str(config.api.workers), "--worker-class", "gthread",
                "--threads", "4", "--graceful-timeout", "5", "--timeout", "30",
                "--log-level", "warning", "-c", "python:jobserver.api.gunicorn_conf"]
@@ -70,10 +71,9 @@ def serve(config: Config) -> int:
         raise ConfigError("api.tokens: no API token configured; set api.tokens in the config "
                           "file or JOBSERVER_API__TOKENS (there is no default token)")
     node = Node(config)
-    upgrade_schema(node.store, node.locks)
+    node.start()  # refuses a server.id already in use before any API process exists
     api = ApiProcess(config)
     api.start()
-    node.start(upgrade=False)
     stop = threading.Event()
     signals_seen = []
 

@@ -6,6 +6,12 @@ from jobserver.config import SchedulerMode
 from schedulers.base import Scheduler, SchedulerContext
 
 
+#: The lock whose newest holder is the cluster's active scheduler, per mode.
+#: ``distributed`` has none: every node schedules.
+ACTIVE_LOCK = {SchedulerMode.SINGLE: "scheduler/global",
+               SchedulerMode.LEADER: "election/scheduler"}
+
+
 def create_scheduler(ctx: SchedulerContext) -> Scheduler:
     from schedulers.distributed import DistributedScheduler
     from schedulers.leader import LeaderScheduler
@@ -19,4 +25,4 @@ def create_scheduler(ctx: SchedulerContext) -> Scheduler:
     return modes[ctx.config.scheduler.mode](ctx)
 
 
-__all__ = ["Scheduler", "SchedulerContext", "create_scheduler"]
+__all__ = ["ACTIVE_LOCK", "Scheduler", "SchedulerContext", "create_scheduler"]

@@ -16,7 +16,7 @@ from schedulers.base import Scheduler, Ticker
 
 log = logging.getLogger(__name__)
 
-GLOBAL_LOCK = "scheduler/global"
+GLOBAL_LOCK = "scheduler/global"  # = ACTIVE_LOCK[SINGLE]
 LOCK_WAIT = 1.0
 
 

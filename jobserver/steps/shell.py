@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -71,14 +72,31 @@ def build_env(spec: dict[str, Any], ctx: Any, metrics_file: Path) -> dict[str, s
     return env
 
 
+#: Steps die with their node: when the node process is killed, the kernel sends the
+#: step SIGKILL (util-linux ``setpriv --pdeathsig``, which then execs the step itself,
+#: so pid, exit status and rusage are the step's own). Without it, a step of a killed
+#: node would run on beside its rescued re-run.
+SETPRIV = shutil.which("setpriv")
+
+
+def _command(argv: list[str], env: dict[str, str]) -> list[str]:
+    """The argv to spawn; raises FileNotFoundError for a missing executable (which
+    setpriv would otherwise report as exit status 127)."""
+    if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(2, "not found or not executable", argv[0])
+    if SETPRIV is None:
+        return argv
+    return [SETPRIV, "--pdeathsig", "SIGKILL", "--", *argv]
+
+
 def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
     with tempfile.TemporaryDirectory(prefix="jobserver-step-") as scratch:
         metrics_file = Path(scratch) / "metrics.json"
+        env = build_env(spec, ctx, metrics_file)
         try:
-            proc = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(_command(spec["argv"], env), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    env=build_env(spec, ctx, metrics_file),
-                                    start_new_session=True)
+                                    env=env, start_new_session=True)
         except OSError as exc:
             return StepOutcome(State.ERROR, error=f"cannot start {spec['argv'][0]!r}: "
                                                   f"{exc.strerror or exc}", retryable=False)

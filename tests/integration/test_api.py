@@ -356,6 +356,7 @@ def test_cluster_shows_mode_backend_and_live_nodes(api: Api) -> None:
     client, store, auth = api
     store.servers.register("node-a", host="host-a", pid=4242, mode="single", capacity=3)
     store.servers.set_role("node-a", "active")
+    store.epochs.bump("scheduler/global", "node-a")  # node-a took the global lock
     submit(client)
     body = client.get("/api/v1/cluster", headers=auth).get_json()
     assert (body["mode"], body["lock_backend"], body["active"]) == ("single", "file", "node-a")
@@ -366,6 +367,8 @@ def test_cluster_shows_mode_backend_and_live_nodes(api: Api) -> None:
     assert isinstance(node["heartbeat_age_seconds"], (int, float))
     assert 0 <= node["heartbeat_age_seconds"] < 10  # server.dead_after
     assert node["heartbeat_at"].endswith("Z")
+    store.epochs.bump("scheduler/global", "node-gone")  # a newer holder, not a live node
+    assert client.get("/api/v1/cluster", headers=auth).get_json()["active"] is None
 
 
 # -- 9. OpenAPI -----------------------------------------------------------------------------

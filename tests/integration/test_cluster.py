@@ -120,7 +120,7 @@ def test_cluster_launcher_demo_end_to_end(harness: Harness, tmp_path: Path) -> N
     code = harness.terminate(launcher, timeout=45)
     stop_seconds = time.monotonic() - stopped_at
     print(f"launcher exited with {code} {stop_seconds:.2f} s after SIGTERM")
-    assert code in (0, 130), f"launcher exit code {code}:\n{launcher.tail()}"
+    assert code == 0, f"launcher exit code {code}:\n{launcher.tail()}"
     wait_for(lambda: not [info for info in tree if info.running()], 15, 0.1,
              "every node and gunicorn process of the cluster to exit")
     assert not listeners(port), f"still listening on {port}: {listeners(port)}"
@@ -242,6 +242,7 @@ def test_failover_after_kill_9(harness: Harness, tmp_path: Path,
     probe = api.submit({"name": "probe", "steps": [{"name": "s", "type": "noop"}]})
     seen: dict[str, float] = {}
     overlap: list[str] = []
+    orphans: list[str] = []
     deadline = killed_at + 10.0
     while time.monotonic() < deadline and len(seen) < 4:
         now_cluster = api.cluster()
@@ -256,7 +257,10 @@ def test_failover_after_kill_9(harness: Harness, tmp_path: Path,
         if "the interrupted job's second attempt started" not in seen and any(
                 r["job"] == slow and r["attempt"] == 2 for r in _ledger(ledger)):
             seen["the interrupted job's second attempt started"] = now
-            overlap = [str(info) for info in step_tree if info.running()]
+            overlap = [str(info) for info in step_tree
+                       if info.running() and info.ppid == victim.pid]
+            orphans = [str(info) for info in step_tree
+                       if info.running() and info.ppid != victim.pid]
         time.sleep(0.02)
     report = ", ".join(f"{what}: {seconds:.2f} s" for what, seconds in seen.items())
     print(f"[{database_url and 'postgres' or 'sqlite'}] takeover after kill -9 of "
@@ -299,10 +303,12 @@ def test_failover_after_kill_9(harness: Harness, tmp_path: Path,
     assert serving and serving <= survivor_pids, (serving, survivor_pids)
     for _ in range(20):  # every request lands on a live API (no dead socket in the group)
         assert http_call(f"http://127.0.0.1:{port}/healthz", timeout=2)[0] == 200
-    # Not an assertion (nothing in the design stops them): the dead node's shell-step
-    # processes are orphaned, not killed, and may still run when attempt 2 starts.
-    print(f"[{database_url and 'postgres' or 'sqlite'}] the killed node's step processes "
-          f"still running when attempt 2 started: {overlap or 'none'}")
+    # A step's own process dies with its node (parent-death signal), so it does not run
+    # on beside the rescued attempt. Processes the step itself started are out of reach
+    # once the node is gone (known limit, see README).
+    assert [info for info in step_tree if info.ppid == victim.pid], victim_tree
+    assert not overlap, f"the killed node's step processes outlived it: {overlap}"
+    print(f"grandchildren of the killed node's step still running: {orphans or 'none'}")
     wait_for(lambda: not [info for info in victim_tree if info.running()], 15, 0.05,
              "every child process of the killed node to exit")
 

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from jobserver.config import ShellStepConfig
+from jobserver.events import EventBus, NodeEvent, StateChange
 from jobserver.exceptions import FencedOff
 from jobserver.states import State
 from jobserver.steps import StepContext, StepFunction
@@ -31,10 +32,12 @@ NODE_STOPPING = "node stopping"
 
 class JobExecution:
     def __init__(self, job: JobRecord, store: Store, step_types: dict[str, StepFunction],
-                 shell: ShellStepConfig) -> None:
+                 shell: ShellStepConfig, bus: EventBus | None = None) -> None:
         self.job = job
         self.token = job.token()
         self._store = store
+        self._bus = bus or EventBus()
+        self._started = time.monotonic()
         self._step_types = step_types
         self._shell = shell
         self.cancelled = threading.Event()
@@ -58,10 +61,7 @@ class JobExecution:
         try:
             self._run()
         except FencedOff as exc:
-            self.fenced_off = True
-            self.cancel("fenced")
-            log.warning("job %s stopped: %s", self.job.id, exc.message,
-                        extra=self._log_extra())
+            self._fenced(exc)
         except Exception as exc:
             log.exception("job %s failed inside the runner", self.job.id,
                           extra=self._log_extra())
@@ -72,12 +72,28 @@ class JobExecution:
         return {"job_id": self.job.id, "node": self.token.node, "fence": self.token.fence,
                 "attempt": self.token.attempt}
 
+    def _fenced(self, exc: FencedOff) -> None:
+        self.fenced_off = True
+        self.cancel("fenced")
+        log.warning("job %s stopped: %s", self.job.id, exc.message, extra=self._log_extra())
+        self._bus.publish(NodeEvent("fenced_off", self.token.node, detail=exc.message))
+
+    def _publish(self, old: State | None, new: State, step: StepRecord | None = None,
+                 seconds: float | None = None, attempt: int | None = None,
+                 message: str | None = None) -> None:
+        self._bus.publish(StateChange(
+            job_id=self.job.id, job_name=self.job.name, old=old, new=new,
+            node=self.token.node, step=step.name if step else None,
+            step_type=step.type if step else None, fence=self.token.fence,
+            attempt=attempt or self.token.attempt, message=message, seconds=seconds))
+
     def _finish(self, state: State, error: str | None = None) -> None:
         try:
-            self._store.runs.finish_job(self.token, state, error)
+            if self._store.runs.finish_job(self.token, state, error):
+                self._publish(State.RUNNING, state, seconds=time.monotonic() - self._started,
+                              message=error)
         except FencedOff as exc:
-            self.fenced_off = True
-            log.warning("job %s: final write refused: %s", self.job.id, exc.message)
+            self._fenced(exc)
 
     # -- the DAG ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -146,21 +162,27 @@ class JobExecution:
             if attempt is None:
                 self.cancel("stopped by operator")
                 return StepOutcome(State.STOPPED, error="job no longer running")
+            self._publish(State.READY, State.RUNNING, step, attempt=attempt)
             outcome = self._invoke(step, attempt)
             if (outcome.state is State.ERROR and outcome.retryable and retries_left > 0
                     and not self.cancelled.is_set()):
                 delay = min(step.retry_backoff * 2 ** (step.retries - retries_left), MAX_BACKOFF)
                 retries_left -= 1
                 note = f"attempt {attempt} failed: {outcome.error}; retrying in {delay:g} s"
-                self._store.runs.finish_step(self.token, step, attempt,
-                                             replace(outcome, state=State.READY), note)
+                self._record_step(step, attempt, replace(outcome, state=State.READY), note)
                 if self.cancelled.wait(delay):
                     return StepOutcome(State.STOPPED, error="cancelled during retry backoff")
                 continue
             if self.requeue and outcome.state is State.STOPPED:
                 outcome = replace(outcome, state=State.READY)  # to be run again elsewhere
-            self._store.runs.finish_step(self.token, step, attempt, outcome)
+            self._record_step(step, attempt, outcome)
             return outcome
+
+    def _record_step(self, step: StepRecord, attempt: int, outcome: StepOutcome,
+                     note: str | None = None) -> None:
+        if self._store.runs.finish_step(self.token, step, attempt, outcome, note):
+            self._publish(State.RUNNING, outcome.state, step, outcome.wall_seconds, attempt,
+                          note or outcome.error)
 
     def _invoke(self, step: StepRecord, attempt: int) -> StepOutcome:
         ctx = StepContext(job_id=self.job.id, job_name=self.job.name, step=step.name,

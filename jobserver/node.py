@@ -14,7 +14,9 @@ import threading
 
 from jobserver.config import Config
 from jobserver.exceptions import ConfigError
+from jobserver.events import EventBus
 from jobserver.execution import NODE_STOPPING
+from jobserver.metrics import NodeMetrics, multiprocess
 from jobserver.runner import Runner
 from jobserver.steps import step_types
 from jobserver.steps.python import PythonSteps
@@ -59,6 +61,12 @@ def upgrade_schema(store: Store, locks: LockBackend) -> None:
         store.upgrade()
 
 
+def _private_registry():
+    from prometheus_client import CollectorRegistry
+
+    return CollectorRegistry()
+
+
 class Node:
     def __init__(self, config: Config, python_steps: PythonSteps | None = None) -> None:
         self.config = config
@@ -67,8 +75,11 @@ class Node:
         self.store = Store(config.database_url, config.database.pool_size,
                            notify=config.scheduler.notify)
         self.locks = make_lock_backend(config, self.store)
+        self.bus = EventBus()
+        self.metrics = NodeMetrics(None if multiprocess() else _private_registry())
+        self.bus.subscribe(self.metrics.on_event)
         self.runner = Runner(self.store, step_types(self.python_steps), config.steps.shell,
-                             config.capacity, on_slot_freed=self._wake)
+                             config.capacity, on_slot_freed=self._wake, bus=self.bus)
         self.ctx = SchedulerContext(config=config, node_id=self.id, store=self.store,
                                     locks=self.locks, runner=self.runner)
         self.scheduler: Scheduler = create_scheduler(self.ctx)
@@ -118,6 +129,9 @@ class Node:
             self.heartbeat()
 
     def heartbeat(self) -> None:
+        self.metrics.running.set(self.runner.running_count())
+        self.metrics.locks_held.set(self.scheduler.held_locks() + (self._presence is not None))
+        self.metrics.active.set(int(self.scheduler.active))
         try:
             alive = self.store.servers.heartbeat(self.id, self.runner.running_count(),
                                                  self.scheduler.role)

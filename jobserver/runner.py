@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from jobserver.config import ShellStepConfig
+from jobserver.events import EventBus
 from jobserver.execution import JobExecution
 from jobserver.steps import StepFunction
 from jobserver.store import Store
@@ -28,8 +29,10 @@ WATCH_INTERVAL = 0.5
 class Runner:
     def __init__(self, store: Store, step_types: dict[str, StepFunction],
                  shell: ShellStepConfig, capacity: int,
-                 on_slot_freed: Callable[[], None] = lambda: None) -> None:
+                 on_slot_freed: Callable[[], None] = lambda: None,
+                 bus: EventBus | None = None) -> None:
         self._store = store
+        self.bus = bus or EventBus()
         self._step_types = step_types
         self._shell = shell
         self.capacity = capacity
@@ -61,7 +64,7 @@ class Runner:
     def submit(self, job: JobRecord, on_done: Callable[[], None] | None = None) -> JobExecution:
         """Run ``job``; ``on_done`` is called when its execution ends (e.g. to release
         the job's segment lock)."""
-        execution = JobExecution(job, self._store, self._step_types, self._shell)
+        execution = JobExecution(job, self._store, self._step_types, self._shell, self.bus)
         with self._lock:
             self._running[job.id] = execution
         self._pool.submit(self._execute, execution, on_done)

@@ -21,6 +21,7 @@ import time
 
 from jobserver.config import Config
 from jobserver.exceptions import ConfigError
+from jobserver.metrics import prepare_multiprocess_dir
 from jobserver.node import Node
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ def serve(config: Config) -> int:
     if not config.api.tokens:
         raise ConfigError("api.tokens: no API token configured; set api.tokens in the config "
                           "file or JOBSERVER_API__TOKENS (there is no default token)")
+    prepare_multiprocess_dir(config.data_dir, config.server.id)
     node = Node(config)
     node.start()  # refuses a server.id already in use before any API process exists
     api = ApiProcess(config)

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jobserver.config import Config, SchedulerMode
+from jobserver.events import NodeEvent, StateChange
+from jobserver.states import State
 from jobserver.runner import Runner
 from jobserver.store import Store
 from jobserver.store.records import JobRecord
@@ -72,11 +74,33 @@ class Scheduler(ABC):
         return self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, room))
 
     def start(self, jobs: list[JobRecord], on_done: Callable[[], None] | None = None) -> int:
+        if jobs:
+            self.publish(NodeEvent("claimed", self.ctx.node_id))
         for job in jobs:
             log.info("claimed job %s (%s) attempt %s", job.id, job.name, job.attempt,
                      extra={"job_id": job.id, "fence": job.fence, "attempt": job.attempt})
+            waited = ((job.started_at - job.created_at).total_seconds()
+                      if job.attempt == 1 and job.started_at else None)
+            self.publish(StateChange(job.id, job.name, State.READY, State.RUNNING,
+                                     self.ctx.node_id, fence=job.fence, attempt=job.attempt,
+                                     seconds=waited))
             self.ctx.runner.submit(job, on_done)
         return len(jobs)
+
+    def publish(self, event: StateChange | NodeEvent) -> None:
+        self.ctx.runner.bus.publish(event)
+
+    def held_locks(self) -> int:
+        """Scheduling locks this node holds (for the locks-held gauge)."""
+        return int(self.active)
+
+    def acquire_timed(self, acquire: Callable[[], Lease | None], kind: str) -> Lease | None:
+        started = time.monotonic()
+        lease = acquire()
+        if lease is not None:
+            self.publish(NodeEvent("lock_acquired", self.ctx.node_id,
+                                   seconds=time.monotonic() - started, detail=kind))
+        return lease
 
     def record_lease(self, lease: Lease) -> bool:
         """Make ``lease`` the newest known to the store; False if it is already stale.
@@ -106,6 +130,7 @@ class Scheduler(ABC):
         for node in sorted(dead):
             for job_id, state in self.ctx.store.servers.requeue_orphans(node, self.ctx.node_id):
                 log.warning("job %s was running on dead node %s: now %s", job_id, node, state)
+                self.publish(NodeEvent("orphan_rescued", self.ctx.node_id, detail=node))
                 moved += 1
         self.orphans_rescued += moved
         return moved

@@ -56,7 +56,8 @@ class DistributedScheduler(Scheduler):
         return started
 
     def _try_job(self, job_id: int, key: str) -> int:
-        lease = self.ctx.locks.acquire(key, blocking=False)
+        lease = self.acquire_timed(lambda: self.ctx.locks.acquire(key, blocking=False),
+                                   "segment")
         if lease is None:
             return 0  # another job of this segment runs somewhere
         try:
@@ -70,6 +71,9 @@ class DistributedScheduler(Scheduler):
             return 0
         lease.on_lost(lambda _lease: self._segment_lost(job_id, key))
         return self.start(claimed, on_done=lease.release)
+
+    def held_locks(self) -> int:
+        return self.ctx.runner.running_count()  # one segment lock per running job
 
     def _segment_lost(self, job_id: int, key: str) -> None:
         log.error("lost the lock of %s: stopping job %s and re-queueing it", key, job_id)

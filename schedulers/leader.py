@@ -15,6 +15,7 @@ import threading
 
 from jobserver.config import SchedulerMode
 from locks.base import Lease
+from jobserver.events import NodeEvent
 from schedulers.base import Scheduler, Ticker
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,8 @@ class LeaderScheduler(Scheduler):
     def _election_loop(self) -> None:
         while not self.ctx.stopping.is_set():
             try:
-                lease = self.ctx.locks.elect(ELECTION, self.ctx.node_id, timeout=ELECTION_WAIT)
+                lease = self.acquire_timed(lambda: self.ctx.locks.elect(
+                    ELECTION, self.ctx.node_id, timeout=ELECTION_WAIT), "election")
             except Exception:
                 self.pause_after_error("leader election")
                 continue
@@ -87,6 +89,7 @@ class LeaderScheduler(Scheduler):
         log.info("node %s is the leader (fence %s)", self.ctx.node_id, lease.fence)
         lease.on_lost(lambda _lease: self.ctx.wake.set())
         self.lease = lease
+        self.publish(NodeEvent("became_active", self.ctx.node_id))
         self._announce_role("active")
         while not self.ctx.stopping.is_set() and lease.is_valid():
             self.ctx.stopping.wait(ELECTION_WAIT)

@@ -12,6 +12,7 @@ import logging
 
 from jobserver.config import SchedulerMode
 from locks.base import Lease
+from jobserver.events import NodeEvent
 from schedulers.base import Scheduler, Ticker
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,8 @@ class SingleScheduler(Scheduler):
     def run(self) -> None:
         while not self.ctx.stopping.is_set():
             try:
-                lease = self.ctx.locks.acquire(GLOBAL_LOCK, blocking=True, timeout=LOCK_WAIT)
+                lease = self.acquire_timed(lambda: self.ctx.locks.acquire(
+                    GLOBAL_LOCK, blocking=True, timeout=LOCK_WAIT), "global")
             except Exception:
                 self.pause_after_error("acquiring the global lock")
                 continue
@@ -46,6 +48,7 @@ class SingleScheduler(Scheduler):
         log.info("node %s is the active scheduler (fence %s)", self.ctx.node_id, lease.fence)
         lease.on_lost(lambda _lease: self.ctx.wake.set())
         self.active = True
+        self.publish(NodeEvent("became_active", self.ctx.node_id))
         self._announce("active")
         rescue = Ticker(self.ctx.config.server.heartbeat_interval)
         poll = self.ctx.config.scheduler.poll_interval

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from werkzeug.exceptions import HTTPException
 
 from jobserver.config import Config, load_config
 from jobserver.exceptions import AuthError, JobServerError
+from jobserver.metrics import ApiMetrics, multiprocess
 from jobserver.spec import Policy
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
@@ -31,6 +33,8 @@ class ApiContext:
     config: Config
     store: Store
     policy: Policy
+    metrics: ApiMetrics
+    registry: Any  # this app's own registry when not in multiprocess mode
 
 
 def api() -> ApiContext:
@@ -45,21 +49,45 @@ def create_app(config: Config | None = None, store: Store | None = None,
     app = Flask("jobserver")
     app.config["MAX_CONTENT_LENGTH"] = config.api.max_body_bytes
     app.json.sort_keys = False
+    registry = None if multiprocess() else _registry()
     app.extensions["jobserver"] = ApiContext(
         config=config,
         store=store or Store(config.database_url, config.database.pool_size,
                              notify=config.scheduler.notify),
-        policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables))
+        policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables),
+        metrics=ApiMetrics(registry), registry=registry)
 
-    from jobserver.api import cluster, health, jobs, openapi
+    from jobserver.api import cluster, health, jobs, metrics, openapi
 
-    for module in (health, jobs, cluster, openapi):
+    for module in (health, jobs, cluster, openapi, metrics):
         app.register_blueprint(module.blueprint)
+    app.before_request(_start_timer)
     app.before_request(_authenticate)
+    app.after_request(_count_request)
     app.register_error_handler(JobServerError, _jobserver_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
     return app
+
+
+def _registry():
+    from prometheus_client import CollectorRegistry
+
+    return CollectorRegistry()
+
+
+def _start_timer() -> None:
+    g.started = time.perf_counter()
+
+
+def _count_request(response):
+    # The URL rule, not the path: job ids never become label values.
+    route = request.url_rule.rule if request.url_rule else "unmatched"
+    metrics = api().metrics
+    metrics.requests.labels(route, request.method, str(response.status_code)).inc()
+    if "started" in g:
+        metrics.latency.labels(route).observe(time.perf_counter() - g.started)
+    return response
 
 
 def error_response(status: int, code: str, message: str, details: Any = None):

@@ -21,3 +21,11 @@ def on_starting(server) -> None:  # gunicorn hook, runs in the arbiter
     parent = os.environ.get("JOBSERVER_PARENT_PID")
     if parent and os.getppid() != int(parent):
         os.kill(os.getpid(), signal.SIGTERM)  # the node died before we could ask
+
+
+def child_exit(server, worker) -> None:  # gunicorn hook, runs in the arbiter
+    """Drop a dead worker's live gauges from the node's metrics."""
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

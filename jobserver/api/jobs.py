@@ -57,7 +57,9 @@ def submit():
                             .encode()).hexdigest()
     job, created = ctx.store.jobs.submit(spec, dependencies, key, digest)
     headers = {"Location": f"/api/v1/jobs/{job.id}"}
-    if not created:
+    if created:
+        ctx.metrics.submitted.inc()
+    else:
         headers["Idempotent-Replayed"] = "true"
     return job_json(job), 201 if created else 200, headers
 

@@ -141,6 +141,11 @@ def _paths() -> dict[str, Any]:
                 "mode": {"type": "string"}, "lock_backend": {"type": "string"},
                 "active": _nullable_str, "nodes": {"type": "array", "items": _ref("Node")},
                 "jobs": {"type": "object"}}}, "cluster state"), **_errors(401)}}},
+        "/metrics": {"get": {
+            "summary": "Prometheus metrics of this node", "operationId": "metrics",
+            "responses": {"200": {"description": "Prometheus text exposition",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}},
+                          **_errors(401)}}},
         "/api/v1/openapi.json": {"get": {
             "summary": "This document", "operationId": "openapi",
             "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1"), **_errors(401)}}},

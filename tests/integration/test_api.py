@@ -74,7 +74,8 @@ def fields_of(error: dict[str, Any]) -> list[str]:
 # -- 1. auth ---------------------------------------------------------------------------
 ROUTES = [("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("get", "/api/v1/jobs/1"),
           ("get", "/api/v1/jobs/1/events"), ("get", "/api/v1/cluster"),
-          ("get", "/api/v1/openapi.json")] + [("post", f"/api/v1/jobs/1/{a}") for a in ACTIONS]
+          ("get", "/api/v1/openapi.json"), ("get", "/metrics")] + [
+    ("post", f"/api/v1/jobs/1/{a}") for a in ACTIONS]
 
 
 @pytest.mark.parametrize("method,path", ROUTES)

@@ -122,6 +122,20 @@ class StepOutcome:
 
 
 @dataclass
+class Completion:
+    """The last write of a step attempt, fused with the job's final state when the
+    step ends the job (``job_state``), as queued for a group commit."""
+
+    token: ClaimToken
+    step: StepRecord
+    attempt: int
+    outcome: StepOutcome
+    job_state: State | None = None
+    job_error: str | None = None
+    note: str | None = None
+
+
+@dataclass
 class ServerRecord:
     id: str
     host: str

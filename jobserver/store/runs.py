@@ -18,7 +18,8 @@ from jobserver.exceptions import FencedOff
 from jobserver.states import State
 from jobserver.store.engine import store_now
 from jobserver.store.epochs import is_current
-from jobserver.store.records import ClaimToken, JobRecord, StepOutcome, StepRecord
+from jobserver.store.records import (ClaimToken, Completion, JobRecord, StepOutcome,
+                                     StepRecord)
 from jobserver.store.tables import jobs, record_events, steps
 
 
@@ -106,9 +107,10 @@ class RunRepository:
             if not rows:
                 return []
             claimed = self._with_steps(conn, rows)
-            record_events(conn, [{"job_id": job.id, "from_state": State.READY,
-                                  "to_state": State.RUNNING, "node": node, "fence": job.fence,
-                                  "attempt": job.attempt} for job in claimed])
+            events = [{"job_id": job.id, "from_state": State.READY, "to_state": State.RUNNING,
+                       "node": node, "fence": job.fence, "attempt": job.attempt}
+                      for job in claimed]
+            record_events(conn, events + _start_first_steps(conn, claimed))
         return claimed
 
     def unassigned(self, limit: int) -> list[tuple[int, list[str] | None]]:
@@ -205,17 +207,25 @@ class RunRepository:
             return True
 
     def release(self, token: ClaimToken, message: str) -> bool:
-        """RUNNING -> READY for a job this node claimed but will not run (drain)."""
+        """RUNNING -> READY for a job this node claimed but gives up (shutdown, lost
+        segment lock); its started steps go back to READY with it."""
         with self._tx.write() as conn:
             result = conn.execute(
                 update(jobs).where(_owned(token), jobs.c.state == State.RUNNING.value)
                 .values(state=State.READY.value, node=None, updated_at=store_now()))
-            if result.rowcount:
-                record_events(conn, [{"job_id": token.job_id, "from_state": State.RUNNING,
-                                      "to_state": State.READY, "node": token.node,
-                                      "fence": token.fence, "attempt": token.attempt,
-                                      "message": message}])
-            return bool(result.rowcount)
+            if not result.rowcount:
+                return False
+            names = conn.execute(
+                update(steps).where(steps.c.job_id == token.job_id,
+                                    steps.c.state == State.RUNNING.value)
+                .values(state=State.READY.value).returning(steps.c.name)).scalars().all()
+            record_events(conn, [{"job_id": token.job_id, "from_state": State.RUNNING,
+                                  "to_state": State.READY, "node": token.node,
+                                  "fence": token.fence, "attempt": token.attempt,
+                                  "message": message}]
+                          + [_step_event(token, name, State.RUNNING, State.READY,
+                                         token.attempt, message) for name in names])
+            return True
 
     def watch(self, tokens: Iterable[ClaimToken]) -> dict[int, str]:
         """For jobs this node runs, say which must stop and why.
@@ -242,16 +252,91 @@ class RunRepository:
                 verdicts[job_id] = row.state
         return verdicts
 
+    def complete(self, completions: list[Completion]) -> list[bool | FencedOff]:
+        """Group commit: the final writes of many step attempts in one transaction.
+
+        Each is the same compare-and-set as :meth:`finish_step` (then
+        :meth:`finish_job` when ``job_state`` is set). Per completion the result is
+        True, False (an operator moved the step or job first) or the
+        :class:`FencedOff` to raise in its execution.
+        """
+        results: list[bool | FencedOff] = []
+        events: list[dict[str, Any]] = []
+        with self._tx.write() as conn:
+            for completion in completions:
+                results.append(_complete_one(conn, completion, events))
+            record_events(conn, events)
+        return results
+
     @staticmethod
     def _refusal(conn: Connection, token: ClaimToken) -> None:
-        row = conn.execute(select(jobs.c.node, jobs.c.fence, jobs.c.attempt, jobs.c.state)
-                           .where(jobs.c.id == token.job_id)).first()
-        if row is None or (row.node, row.fence, row.attempt) != (
-                token.node, token.fence, token.attempt):
-            owner = "nobody" if row is None or row.node is None else (
-                f"node {row.node} (fence {row.fence}, attempt {row.attempt})")
-            raise FencedOff(f"job {token.job_id}: write under fence {token.fence} refused; "
-                            f"the job now belongs to {owner}")
+        error = _refusal_error(conn, token)
+        if error is not None:
+            raise error
+
+
+def _refusal_error(conn: Connection, token: ClaimToken) -> FencedOff | None:
+    """Why a compare-and-set on ``token`` matched nothing: another owner, or None when
+    the job is still ours (an operator changed it)."""
+    row = conn.execute(select(jobs.c.node, jobs.c.fence, jobs.c.attempt, jobs.c.state)
+                       .where(jobs.c.id == token.job_id)).first()
+    if row is not None and (row.node, row.fence, row.attempt) == (
+            token.node, token.fence, token.attempt):
+        return None
+    owner = "nobody" if row is None or row.node is None else (
+        f"node {row.node} (fence {row.fence}, attempt {row.attempt})")
+    return FencedOff(f"job {token.job_id}: write under fence {token.fence} refused; "
+                     f"the job now belongs to {owner}")
+
+
+def _complete_one(conn: Connection, completion: Completion,
+                  events: list[dict[str, Any]]) -> bool | FencedOff:
+    token, step, outcome = completion.token, completion.step, completion.outcome
+    written = conn.execute(
+        update(steps).where(steps.c.id == step.id, steps.c.state == State.RUNNING.value,
+                            exists().where(_owned(token)))
+        .values(finished_at=store_now(), **outcome.columns())).rowcount
+    if not written:
+        return _refusal_error(conn, token) or False
+    events.append(_step_event(token, step.name, State.RUNNING, outcome.state,
+                              completion.attempt, completion.note or outcome.error))
+    if completion.job_state is None:
+        return True
+    finished = conn.execute(
+        update(jobs).where(_owned(token), jobs.c.state == State.RUNNING.value)
+        .values(state=completion.job_state.value, error=completion.job_error,
+                finished_at=store_now(), updated_at=store_now())).rowcount
+    if not finished:
+        return _refusal_error(conn, token) or False
+    events.append({"job_id": token.job_id, "from_state": State.RUNNING,
+                   "to_state": completion.job_state, "node": token.node, "fence": token.fence,
+                   "attempt": token.attempt, "message": completion.job_error})
+    return True
+
+
+def _start_first_steps(conn: Connection, claimed: list[JobRecord]) -> list[dict[str, Any]]:
+    """Start each claimed job's first runnable step in the claim's own transaction,
+    saving the runner one write per job. Updates the records in place."""
+    first: dict[int, tuple[JobRecord, StepRecord]] = {}
+    for job in claimed:
+        done = {s.name for s in job.steps or [] if s.state is State.SUCCEED}
+        step = next((s for s in job.steps or [] if s.state is State.READY
+                     and all(dep in done for dep in s.depends_on)), None)
+        if step is not None:
+            first[step.id] = (job, step)
+    if not first:
+        return []
+    started = conn.execute(
+        update(steps).where(steps.c.id.in_(list(first)), steps.c.state == State.READY.value)
+        .values(state=State.RUNNING.value, attempt=steps.c.attempt + 1, started_at=store_now(),
+                finished_at=None, exit_code=None, error=None)
+        .returning(steps.c.id, steps.c.attempt, steps.c.started_at)).all()
+    events = []
+    for step_id, attempt, started_at in started:
+        job, step = first[step_id]
+        step.state, step.attempt, step.started_at = State.RUNNING, attempt, started_at
+        events.append(_step_event(job.token(), step.name, State.READY, State.RUNNING, attempt))
+    return events
 
 
 def _step_event(token: ClaimToken, step: str, old: State, new: State, attempt: int,

@@ -287,7 +287,9 @@ def _run(store: Store, job_id: int, steps: State | None, job: State | None) -> N
     assert [j.id for j in claimed] == [job_id]
     token = ClaimToken(job_id, "node-test", lease.fence, claimed[0].attempt)
     for step in claimed[0].steps if steps else []:
-        attempt = store.runs.start_step(token, step)
+        # The claim started the first step already.
+        attempt = step.attempt if step.state is State.RUNNING else store.runs.start_step(
+            token, step)
         assert store.runs.finish_step(token, step, attempt, StepOutcome(steps))
     if job is not None:
         assert store.runs.finish_job(token, job, error="boom" if job is State.ERROR else None)

@@ -12,7 +12,7 @@ from jobserver.exceptions import FencedOff
 from jobserver.spec import Policy, parse_job, validate_job
 from jobserver.states import Operation, State
 from jobserver.store import Store
-from jobserver.store.records import StepOutcome
+from jobserver.store.records import Completion, StepOutcome
 from jobserver.store.runs import ready_candidates
 from tests.helpers import FakeLease, job_spec
 
@@ -66,7 +66,10 @@ def test_writes_are_fenced_by_the_claim_token(store: Store) -> None:
     submit(store, steps=[{"name": "s1", "type": "noop"}])
     job = store.runs.claim("n1", FakeLease(store), 1)[0]
     token = job.token()
-    assert store.runs.start_step(token, job.steps[0]) == 1
+    # The claim starts the first step in the same transaction.
+    assert (job.steps[0].state, job.steps[0].attempt) == (State.RUNNING, 1)
+    assert store.jobs.get(job.id).steps[0].state is State.RUNNING
+    assert store.runs.start_step(token, job.steps[0]) is None  # not READY any more
     # n1 is declared dead; n2 takes the job over under a newer lease.
     assert store.servers.requeue_orphans("n1", "n2") == [(job.id, State.READY)]
     new = store.runs.claim("n2", FakeLease(store), 1)[0]
@@ -102,6 +105,47 @@ def test_leader_assignments(store: Store) -> None:
     assert store.jobs.get(second).node is None and store.jobs.get(second).state is State.READY
 
 
+def test_group_commit_reports_each_completion(store: Store) -> None:
+    ours, paused, taken = (submit(store) for _ in range(3))
+    claimed = {job.id: job for job in store.runs.claim("n1", FakeLease(store), 3)}
+    store.jobs.apply(paused, Operation.PAUSE)
+    store.servers.requeue_orphans("n1", "n2")  # takes all three away from n1 ...
+    store.runs.claim("n2", FakeLease(store), 3)  # ... and n2 claims them
+    store.jobs.apply(ours, Operation.PAUSE)
+    completions = [Completion(claimed[i].token(), claimed[i].steps[0], 1,
+                              StepOutcome(State.SUCCEED), State.SUCCEED)
+                   for i in (ours, paused, taken)]
+    results = store.runs.complete(completions)
+    # ours and taken now belong to n2; paused is still n1's but an operator stopped it:
+    # its step outcome is kept, the job stays STOPPED.
+    assert isinstance(results[0], FencedOff) and isinstance(results[2], FencedOff)
+    assert results[1] is False
+    stopped = store.jobs.get(paused)
+    assert stopped.state is State.STOPPED and stopped.steps[0].state is State.SUCCEED
+    fresh = submit(store)
+    job = store.runs.claim("n3", FakeLease(store, "other"), 1)[0]
+    assert job.id == fresh
+    assert store.runs.complete([Completion(job.token(), job.steps[0], 1,
+                                           StepOutcome(State.SUCCEED), State.SUCCEED)]) == [True]
+    done = store.jobs.get(fresh)
+    assert done.state is State.SUCCEED and done.steps[0].state is State.SUCCEED
+    events = [(e.step, e.from_state, e.to_state) for e in store.jobs.events(fresh)]
+    assert events[-2:] == [("s1", "RUNNING", "SUCCEED"), (None, "RUNNING", "SUCCEED")]
+
+
+def test_release_puts_job_and_started_steps_back(store: Store) -> None:
+    job_id = submit(store, steps=[{"name": "a", "type": "noop"}, {"name": "b", "type": "noop"}])
+    job = store.runs.claim("n1", FakeLease(store), 1)[0]
+    assert store.runs.release(job.token(), "node stopping") is True
+    assert store.runs.release(job.token(), "again") is False
+    released = store.jobs.get(job_id)
+    assert released.state is State.READY and released.node is None
+    assert [s.state for s in released.steps] == [State.READY, State.READY]
+    again = store.runs.claim("n2", FakeLease(store), 1)[0]
+    assert (again.attempt, again.steps[0].state, again.steps[0].attempt) == (
+        2, State.RUNNING, 2)
+
+
 def test_operator_pause_is_not_a_fence_violation(store: Store) -> None:
     job_id = submit(store)
     token = store.runs.claim("n1", FakeLease(store), 1)[0].token()
@@ -115,8 +159,8 @@ def test_rescue_happens_exactly_once_and_honours_retryable(store: Store) -> None
     retryable = submit(store, steps=[{"name": "a", "type": "sleep", "seconds": 9}])
     fragile = submit(store, steps=[{"name": "b", "type": "sleep", "seconds": 9,
                                     "retryable": False}])
-    for job in store.runs.claim("dead", FakeLease(store), 10):
-        store.runs.start_step(job.token(), job.steps[0])
+    assert all(job.steps[0].state is State.RUNNING
+               for job in store.runs.claim("dead", FakeLease(store), 10))
     moved = dict(store.servers.requeue_orphans("dead", "rescuer"))
     assert moved == {retryable: State.READY, fragile: State.ERROR}
     assert store.servers.requeue_orphans("dead", "rescuer") == []
@@ -141,7 +185,8 @@ def test_resume_skips_succeeded_steps_and_rerun_resets_all(store: Store) -> None
     job = store.runs.claim("n1", FakeLease(store), 1)[0]
     token = job.token()
     for step, state in zip(job.steps, (State.SUCCEED, State.ERROR)):
-        attempt = store.runs.start_step(token, step)
+        attempt = step.attempt if step.state is State.RUNNING else store.runs.start_step(
+            token, step)
         store.runs.finish_step(token, step, attempt, StepOutcome(state, error="x"))
     store.runs.finish_job(token, State.ERROR, "step b failed")
     resumed = store.jobs.apply(job_id, Operation.RESUME)

@@ -1,0 +1,87 @@
+"""Group commit of step and job completions.
+
+Every execution thread hands its final write (the last step's outcome fused with the
+job's final state) to one writer thread, which commits whatever has queued up in one
+transaction. Under load many jobs share a commit; when idle a completion is written
+at once. The caller waits for its own result, so "done" still means "committed".
+
+A store outage does not strand jobs: a failed batch is retried with backoff for up to
+``RETRY_FOR`` seconds before its callers see the error.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+
+from jobserver.exceptions import FencedOff
+from jobserver.store import Store
+from jobserver.store.records import Completion
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 256
+RETRY_FOR = 30.0
+
+
+class Completer:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._queue: queue.SimpleQueue[tuple[Completion, Future[bool]] | None] = \
+            queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="completer", daemon=True)
+        self._thread.start()
+
+    def complete(self, completion: Completion) -> bool:
+        """Write ``completion``; True if written, False if an operator got there first.
+
+        Raises :class:`FencedOff` when another node owns the job now.
+        """
+        future: Future[bool] = Future()
+        self._queue.put((completion, future))
+        return future.result()
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=RETRY_FOR + 5)
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < MAX_BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._queue.put(None)  # stop after this batch
+                    break
+                batch.append(more)
+            self._write(batch)
+
+    def _write(self, batch: list[tuple[Completion, Future[bool]]]) -> None:
+        completions = [completion for completion, _ in batch]
+        deadline, delay = time.monotonic() + RETRY_FOR, 0.1
+        while True:
+            try:
+                results = self._store.runs.complete(completions)
+                break
+            except Exception as exc:
+                if time.monotonic() >= deadline:
+                    for _, future in batch:
+                        future.set_exception(exc)
+                    return
+                log.warning("writing %s completion(s) failed (%s); retrying", len(batch), exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        for (_, future), result in zip(batch, results):
+            if isinstance(result, FencedOff):
+                future.set_exception(result)
+            else:
+                future.set_result(result)

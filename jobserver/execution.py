@@ -15,25 +15,35 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from typing import Any
 
+from jobserver.completer import Completer
 from jobserver.config import ShellStepConfig
 from jobserver.events import EventBus, NodeEvent, StateChange
 from jobserver.exceptions import FencedOff
+from jobserver.logs import job_fields
 from jobserver.states import State
 from jobserver.steps import StepContext, StepFunction
 from jobserver.store import Store
-from jobserver.store.records import JobRecord, StepOutcome, StepRecord
+from jobserver.store.records import Completion, JobRecord, StepOutcome, StepRecord
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 300.0
 #: Cancel reason used when this node shuts down.
 NODE_STOPPING = "node stopping"
+#: Cancel reasons that mean an operator stopped the job, and the state it went to (None:
+#: read it). The runner's watcher cancels with the job's new state as the reason.
+_OPERATOR_STOPS: dict[str | None, State | None] = {
+    State.STOPPED.value: State.STOPPED, State.DISCARDED.value: State.DISCARDED,
+    "stopped by operator": None}
 
 
 class JobExecution:
     def __init__(self, job: JobRecord, store: Store, step_types: dict[str, StepFunction],
-                 shell: ShellStepConfig, bus: EventBus | None = None) -> None:
+                 shell: ShellStepConfig, bus: EventBus | None = None,
+                 completer: Completer | None = None) -> None:
         self.job = job
+        self._completer = completer
+        self._finished = False
         self.token = job.token()
         self._store = store
         self._bus = bus or EventBus()
@@ -44,6 +54,8 @@ class JobExecution:
         self.cancel_reason: str | None = None
         self.requeue = False
         self.fenced_off = False
+        # Steps published as RUNNING and not yet as ended: {name: (step, attempt)}.
+        self._running_steps: dict[str, tuple[StepRecord, int]] = {}
 
     def cancel(self, reason: str, requeue: bool = False) -> None:
         """Stop the job's running steps (subprocesses are killed); idempotent.
@@ -68,9 +80,13 @@ class JobExecution:
             self.cancel("internal error")
             self._finish(State.ERROR, f"internal error: {type(exc).__name__}: {exc}")
 
+    def log_fields(self, step: str | None = None, attempt: int | None = None) -> dict[str, Any]:
+        """``extra=`` for a log line about this job (``attempt``: a step's attempt)."""
+        return job_fields(self.job.id, step, attempt or self.token.attempt, self.token.node,
+                          self.token.fence)
+
     def _log_extra(self) -> dict[str, Any]:
-        return {"job_id": self.job.id, "node": self.token.node, "fence": self.token.fence,
-                "attempt": self.token.attempt}
+        return self.log_fields()
 
     def _fenced(self, exc: FencedOff) -> None:
         self.fenced_off = True
@@ -81,6 +97,10 @@ class JobExecution:
     def _publish(self, old: State | None, new: State, step: StepRecord | None = None,
                  seconds: float | None = None, attempt: int | None = None,
                  message: str | None = None) -> None:
+        if step is not None and new is State.RUNNING:
+            self._running_steps[step.name] = (step, attempt or self.token.attempt)
+        elif step is not None and old is State.RUNNING:
+            self._running_steps.pop(step.name, None)
         self._bus.publish(StateChange(
             job_id=self.job.id, job_name=self.job.name, old=old, new=new,
             node=self.token.node, step=step.name if step else None,
@@ -94,6 +114,31 @@ class JobExecution:
                               message=error)
         except FencedOff as exc:
             self._fenced(exc)
+
+    def _publish_operator_stop(self) -> None:
+        """An operator paused or discarded this job through the API (in a process with
+        no event bus): publish the change this node observed, for listeners and metrics."""
+        if self.fenced_off or self.cancel_reason not in _OPERATOR_STOPS:
+            return
+        state = _OPERATOR_STOPS[self.cancel_reason]
+        if state is None:  # start_step found the job no longer RUNNING: read which state
+            try:
+                job = self._store.jobs.get(self.job.id, with_steps=False)
+            except Exception:  # noqa: BLE001 - only an event is at stake
+                log.warning("could not read job %s", self.job.id, exc_info=True,
+                            extra=self._log_extra())
+                return
+            if (job.node, job.fence, job.attempt) != (self.token.node, self.token.fence,
+                                                       self.token.attempt):
+                return
+            state = job.state
+        if state not in (State.STOPPED, State.DISCARDED):
+            return
+        message = f"{state.value.lower()} by operator"
+        for step, attempt in list(self._running_steps.values()):  # discard moved them
+            self._publish(State.RUNNING, state, step, attempt=attempt, message=message)
+        self._publish(State.RUNNING, state, seconds=time.monotonic() - self._started,
+                      message=message)
 
     # -- the DAG ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -109,7 +154,8 @@ class JobExecution:
                 if failed is None and not self.cancelled.is_set():
                     for step in self._ready(pending, done, self.job.parallelism - len(in_flight)):
                         pending.remove(step)
-                        in_flight[self._launch(pool, step)] = step
+                        last = not pending and not in_flight
+                        in_flight[self._launch(pool, step, last)] = step
                 if not in_flight:
                     break
                 finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
@@ -129,22 +175,26 @@ class JobExecution:
         ready = [step for step in pending if all(dep in done for dep in step.depends_on)]
         return ready[:max(room, 0)]
 
-    def _launch(self, pool: ThreadPoolExecutor | None, step: StepRecord) -> Future[StepOutcome]:
+    def _launch(self, pool: ThreadPoolExecutor | None, step: StepRecord,
+                last: bool) -> Future[StepOutcome]:
         if pool is not None:
-            return pool.submit(self._run_step, step)
+            return pool.submit(self._run_step, step, last)
         future: Future[StepOutcome] = Future()
         try:
-            future.set_result(self._run_step(step))
+            future.set_result(self._run_step(step, last))
         except BaseException as exc:  # re-raised by future.result() in _run
             future.set_exception(exc)
         return future
 
     def _conclude(self, failed: tuple[StepRecord, StepOutcome] | None,
                   pending: list[StepRecord]) -> None:
+        if self._finished:
+            return  # the last step's write finished the job too
         if self.requeue:
             self._store.runs.release(self.token, f"{self.cancel_reason}; re-queued")
         elif self.cancelled.is_set():
             log.info("job %s: %s", self.job.id, self.cancel_reason, extra=self._log_extra())
+            self._publish_operator_stop()
         elif failed is not None:
             step, outcome = failed
             self._finish(State.ERROR, f"step {step.name} failed: {outcome.error}")
@@ -155,10 +205,15 @@ class JobExecution:
             self._finish(State.SUCCEED)
 
     # -- one step, with retries --------------------------------------------------------
-    def _run_step(self, step: StepRecord) -> StepOutcome:
+    def _run_step(self, step: StepRecord, last: bool = False) -> StepOutcome:
+        """Run one step to its final outcome, with retries. ``last``: nothing else of
+        the job runs or waits, so the step's final write also finishes the job."""
         retries_left = step.retries
+        # The claim already started the job's first step (same transaction).
+        prestarted = step.attempt if step.state is State.RUNNING else None
         while True:
-            attempt = self._store.runs.start_step(self.token, step)
+            attempt = prestarted or self._store.runs.start_step(self.token, step)
+            prestarted = None
             if attempt is None:
                 self.cancel("stopped by operator")
                 return StepOutcome(State.STOPPED, error="job no longer running")
@@ -175,8 +230,29 @@ class JobExecution:
                 continue
             if self.requeue and outcome.state is State.STOPPED:
                 outcome = replace(outcome, state=State.READY)  # to be run again elsewhere
-            self._record_step(step, attempt, outcome)
+            if last and outcome.state in (State.SUCCEED, State.ERROR):
+                self._complete(step, attempt, outcome)
+            else:
+                self._record_step(step, attempt, outcome)
             return outcome
+
+    def _complete(self, step: StepRecord, attempt: int, outcome: StepOutcome) -> None:
+        """The job's last write: the step's outcome and the job's final state together,
+        through the group commit when the runner has one."""
+        succeeded = outcome.state is State.SUCCEED
+        job_state = State.SUCCEED if succeeded else State.ERROR
+        error = None if succeeded else f"step {step.name} failed: {outcome.error}"
+        completion = Completion(self.token, step, attempt, outcome, job_state, error)
+        written = (self._completer.complete(completion) if self._completer is not None
+                   else self._store.runs.complete([completion])[0])
+        if isinstance(written, FencedOff):
+            raise written
+        if written:
+            self._finished = True
+            self._publish(State.RUNNING, outcome.state, step, outcome.wall_seconds, attempt,
+                          outcome.error)
+            self._publish(State.RUNNING, job_state, seconds=time.monotonic() - self._started,
+                          message=error)
 
     def _record_step(self, step: StepRecord, attempt: int, outcome: StepOutcome,
                      note: str | None = None) -> None:
@@ -193,5 +269,6 @@ class JobExecution:
         try:
             return self._step_types[step.type](step.spec, ctx)
         except Exception as exc:
-            log.exception("step %s of job %s raised", step.name, self.job.id)
+            log.exception("step %s of job %s raised", step.name, self.job.id,
+                          extra=self.log_fields(step.name, attempt))
             return StepOutcome(State.ERROR, error=f"{type(exc).__name__}: {exc}")

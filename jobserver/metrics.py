@@ -75,7 +75,9 @@ class NodeMetrics:
 
         self.names = BoundedNames()
         self.finished = counter("jobserver_jobs_finished_total",
-                                "Jobs that left RUNNING on this node, by new state", ("state",))
+                                "Jobs that left RUNNING for a final or stopped state, counted "
+                                "by the node that ran them (or rescued them from a dead "
+                                "node), by new state", ("state",))
         self.claimed = counter("jobserver_jobs_claimed_total", "Jobs claimed by this node")
         self.claims = counter("jobserver_claims_total", "Claim statements that took a job")
         self.retries = counter("jobserver_step_retries_total", "Step attempts retried",
@@ -105,6 +107,18 @@ class NodeMetrics:
         self.active = Gauge("jobserver_scheduler_active",
                             "1 while this node is the active scheduler (or leader)",
                             registry=registry, multiprocess_mode="livemax")
+        # Scheduling listeners (jobserver.listeners); label values come from config.
+        self.listener_restarts = counter("jobserver_listener_restarts_total",
+                                         "Scheduling listener restarts after it raised",
+                                         ("listener",))
+        self.listener_dropped = counter(
+            "jobserver_listener_events_dropped_total",
+            "Events a scheduling listener never got: queue_full (it was too slow), failed "
+            "(it raised on the event), disabled (it was given up)", ("listener", "reason"))
+        self.listener_enabled = Gauge("jobserver_listener_enabled",
+                                      "1 while a scheduling listener runs, 0 once disabled",
+                                      ("listener",), registry=registry,
+                                      multiprocess_mode="livemax")
 
     def on_event(self, event: StateChange | NodeEvent) -> None:
         if isinstance(event, NodeEvent):
@@ -124,8 +138,9 @@ class NodeMetrics:
                 self.dispatch.observe(max(event.seconds, 0.0))
         elif event.old is State.RUNNING and event.new is not State.READY:
             self.finished.labels(event.new.value).inc()
-            self.job_seconds.labels(self.names(event.job_name), event.new.value).observe(
-                event.seconds or 0.0)
+            if event.seconds is not None:  # None: a rescue, which did not time the run
+                self.job_seconds.labels(self.names(event.job_name), event.new.value).observe(
+                    event.seconds)
 
     def _node_event(self, event: NodeEvent) -> None:
         counters = {"became_active": self.failovers, "orphan_rescued": self.orphans,
@@ -172,12 +187,18 @@ class StoreCollector:
                                 labels=("node",))
         alive = GaugeMetricFamily("jobserver_node_alive", "1 if the node is alive",
                                   labels=("node",))
+        dead = GaugeMetricFamily("jobserver_node_dead",
+                                 "1 if the node did not stop cleanly and its heartbeat is "
+                                 "older than server.dead_after (crashed or cut off); a node "
+                                 "that stopped cleanly is 0", labels=("node",))
         for server in self._store.servers.list():
+            fresh = server.heartbeat_age <= self._dead_after
             age.add_metric((server.id,), server.heartbeat_age)
-            alive.add_metric((server.id,), float(server.state == "alive"
-                                                 and server.heartbeat_age <= self._dead_after))
+            alive.add_metric((server.id,), float(server.state == "alive" and fresh))
+            dead.add_metric((server.id,), float(server.state == "alive" and not fresh))
         yield age
         yield alive
+        yield dead
 
 
 def exposition(store: Any, dead_after: float, local_registry: Any) -> tuple[bytes, str]:

@@ -16,6 +16,8 @@ from jobserver.config import Config
 from jobserver.exceptions import ConfigError
 from jobserver.events import EventBus
 from jobserver.execution import NODE_STOPPING
+from jobserver.listeners import Listeners
+from jobserver.logs import job_fields
 from jobserver.metrics import NodeMetrics, multiprocess
 from jobserver.runner import Runner
 from jobserver.steps import step_types
@@ -47,7 +49,9 @@ def make_lock_backend(config: Config, store: Store) -> LockBackend:
                      "session_timeout": config.lock.session_timeout},
         "zookeeper": {"hosts": config.zookeeper.hosts, "root": config.zookeeper.root,
                       "identity": identity,
-                      "session_timeout": config.zookeeper.session_timeout},
+                      "session_timeout": config.zookeeper.session_timeout,
+                      "auth": (config.zookeeper.auth.get_secret_value()
+                               if config.zookeeper.auth else None)},
     }
     return create_lock_backend(config.lock.backend, **options.get(config.lock.backend, {}))
 
@@ -72,12 +76,17 @@ class Node:
         self.config = config
         self.id = config.server.id
         self.python_steps = python_steps or PythonSteps.with_entry_points()
+        # A transaction this node leaves open while stalled ends when its locks would.
         self.store = Store(config.database_url, config.database.pool_size,
-                           notify=config.scheduler.notify)
+                           notify=config.scheduler.notify,
+                           stall_timeout=config.lock.session_timeout)
         self.locks = make_lock_backend(config, self.store)
         self.bus = EventBus()
         self.metrics = NodeMetrics(None if multiprocess() else _private_registry())
         self.bus.subscribe(self.metrics.on_event)
+        # Imported now: a listener that cannot be imported stops start-up.
+        self.listeners = Listeners.from_config(config, self.metrics)
+        self.bus.subscribe(self.listeners.publish)
         self.runner = Runner(self.store, step_types(self.python_steps), config.steps.shell,
                              config.capacity, on_slot_freed=self._wake, bus=self.bus)
         self.ctx = SchedulerContext(config=config, node_id=self.id, store=self.store,
@@ -99,10 +108,14 @@ class Node:
         self._presence = self.locks.acquire(presence_key(self.id), blocking=False)
         if self._presence is None:
             raise ConfigError(f"server.id: {self.id!r} is in use by another live node")
+        self._presence.on_lost(lambda _lease: self.ctx.present.clear())
         self.store.servers.register(self.id, socket.gethostname(), os.getpid(),
                                     self.config.scheduler.mode.value, self.config.capacity)
+        self.listeners.start()
         for job_id, state in self.store.servers.requeue_orphans(self.id, self.id):
-            log.warning("job %s was left running by this node's last run: now %s", job_id, state)
+            log.warning("job %s was left running by this node's last run: now %s", job_id, state,
+                        extra=job_fields(job_id, node=self.id))
+            self.scheduler.publish_rescued(job_id, state, "left running by this node's last run")
         self.runner.start()
         if self.store.tx.notifies:
             self._listener = Listener(self.store.url, self.ctx.wake)
@@ -129,6 +142,7 @@ class Node:
             self.heartbeat()
 
     def heartbeat(self) -> None:
+        self._keep_presence()
         self.metrics.running.set(self.runner.running_count())
         self.metrics.locks_held.set(self.scheduler.held_locks() + (self._presence is not None))
         self.metrics.active.set(int(self.scheduler.active))
@@ -141,6 +155,26 @@ class Node:
                                             self.config.capacity)
         except Exception:
             log.warning("heartbeat failed; will retry", exc_info=True)
+
+    def _keep_presence(self) -> None:
+        """Take the presence lock again after a lost session (ZooKeeper expiry, a
+        dropped PostgreSQL lock connection) ended it: without it, other nodes take this
+        live node for dead and rescue every job it runs. Until then the schedulers
+        claim nothing (``ctx.present`` is cleared when the lease is lost)."""
+        if self._presence is None or self._presence.is_valid() or self._closed.is_set():
+            return
+        try:
+            lease = self.locks.acquire(presence_key(self.id), blocking=False)
+        except Exception as exc:  # the session is not back yet; next heartbeat
+            log.warning("could not re-take the presence lock yet: %s", exc)
+            return
+        if lease is None:
+            log.error("the presence lock of %s is held by another process", self.id)
+            return
+        self._presence = lease
+        lease.on_lost(lambda _lease: self.ctx.present.clear())
+        self.ctx.present.set()
+        log.info("re-took the presence lock of %s", self.id)
 
     def stop(self, drain_timeout: float | None = None) -> bool:
         """Stop claiming, let running jobs finish up to ``drain_timeout``, release locks.
@@ -164,6 +198,7 @@ class Node:
         if self._listener is not None:
             self._listener.stop()
         self.runner.shutdown()
+        self.listeners.stop()
         self._close()
         return drained
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from jobserver.completer import Completer
 from jobserver.config import ShellStepConfig
 from jobserver.events import EventBus
 from jobserver.execution import JobExecution
@@ -33,6 +34,7 @@ class Runner:
                  bus: EventBus | None = None) -> None:
         self._store = store
         self.bus = bus or EventBus()
+        self._completer = Completer(store)
         self._step_types = step_types
         self._shell = shell
         self.capacity = capacity
@@ -64,7 +66,8 @@ class Runner:
     def submit(self, job: JobRecord, on_done: Callable[[], None] | None = None) -> JobExecution:
         """Run ``job``; ``on_done`` is called when its execution ends (e.g. to release
         the job's segment lock)."""
-        execution = JobExecution(job, self._store, self._step_types, self._shell, self.bus)
+        execution = JobExecution(job, self._store, self._step_types, self._shell, self.bus,
+                                 self._completer)
         with self._lock:
             self._running[job.id] = execution
         self._pool.submit(self._execute, execution, on_done)
@@ -84,7 +87,8 @@ class Runner:
                 try:
                     on_done()
                 except Exception:
-                    log.warning("cleanup after job %s failed", execution.job.id, exc_info=True)
+                    log.warning("cleanup after job %s failed", execution.job.id, exc_info=True,
+                                extra=execution.log_fields())
             with self._lock:
                 self._running.pop(execution.job.id, None)
                 if execution.fenced_off:
@@ -108,6 +112,7 @@ class Runner:
     def shutdown(self) -> None:
         self._stop.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._completer.stop()
 
     def check_running(self) -> None:
         """Cancel executions whose job was paused, discarded or taken over."""
@@ -117,7 +122,8 @@ class Runner:
             return
         verdicts = self._store.runs.watch(e.token for e in executions.values())
         for job_id, reason in verdicts.items():
-            log.info("job %s must stop on this node: %s", job_id, reason)
+            log.info("job %s must stop on this node: %s", job_id, reason,
+                     extra=executions[job_id].log_fields())
             executions[job_id].cancel(reason)
 
     def _watch_loop(self) -> None:

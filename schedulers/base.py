@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from jobserver.config import Config, SchedulerMode
 from jobserver.events import NodeEvent, StateChange
+from jobserver.logs import job_fields
 from jobserver.states import State
 from jobserver.runner import Runner
 from jobserver.store import Store
@@ -44,6 +45,14 @@ class SchedulerContext:
     runner: Runner
     wake: threading.Event = field(default_factory=threading.Event)
     stopping: threading.Event = field(default_factory=threading.Event)
+    #: Cleared while this node's presence lock is lost (a lost session): other nodes
+    #: take it for dead then and would rescue anything it claimed.
+    present: threading.Event = field(default_factory=lambda: _set(threading.Event()))
+
+
+def _set(event: threading.Event) -> threading.Event:
+    event.set()
+    return event
 
 
 class Scheduler(ABC):
@@ -64,6 +73,8 @@ class Scheduler(ABC):
 
     # -- the shared core -----------------------------------------------------------------
     def room(self) -> int:
+        if not self.ctx.present.is_set():
+            return 0
         return min(self.ctx.runner.free_slots(), self.ctx.config.scheduler.claim_batch)
 
     def dispatch(self, lease: Lease) -> int:
@@ -78,7 +89,7 @@ class Scheduler(ABC):
             self.publish(NodeEvent("claimed", self.ctx.node_id))
         for job in jobs:
             log.info("claimed job %s (%s) attempt %s", job.id, job.name, job.attempt,
-                     extra={"job_id": job.id, "fence": job.fence, "attempt": job.attempt})
+                     extra=job_fields(job.id, None, job.attempt, self.ctx.node_id, job.fence))
             waited = ((job.started_at - job.created_at).total_seconds()
                       if job.attempt == 1 and job.started_at else None)
             self.publish(StateChange(job.id, job.name, State.READY, State.RUNNING,
@@ -89,6 +100,19 @@ class Scheduler(ABC):
 
     def publish(self, event: StateChange | NodeEvent) -> None:
         self.ctx.runner.bus.publish(event)
+
+    def publish_rescued(self, job_id: int, state: State, why: str) -> None:
+        """Tell listeners and metrics that this node moved a dead owner's job out of
+        RUNNING (to READY, or ERROR for a non-retryable step); best effort."""
+        try:
+            job = self.ctx.store.jobs.get(job_id, with_steps=False)
+            name, fence, attempt = job.name, job.fence, job.attempt
+        except Exception:  # noqa: BLE001 - the move is done; the event is a courtesy
+            log.warning("could not read rescued job %s", job_id, exc_info=True)
+            name, fence, attempt = "", None, None
+        self.publish(StateChange(job_id, name, State.RUNNING, state, self.ctx.node_id,
+                                 fence=fence, attempt=attempt,
+                                 message=f"{why}; now {state.value}"))
 
     def held_locks(self) -> int:
         """Scheduling locks this node holds (for the locks-held gauge)."""
@@ -110,7 +134,7 @@ class Scheduler(ABC):
         """
         if self.ctx.locks.fences_from_store:
             lease.fence  # noqa: B018 - draws (and so records) the fence
-            return True
+            return lease.is_valid()  # not lost before the draw (see PostgresLease)
         return self.ctx.store.epochs.advance(lease.key, lease.fence, self.ctx.node_id)
 
     def rescue_orphans(self) -> int:
@@ -129,8 +153,10 @@ class Scheduler(ABC):
         moved = 0
         for node in sorted(dead):
             for job_id, state in self.ctx.store.servers.requeue_orphans(node, self.ctx.node_id):
-                log.warning("job %s was running on dead node %s: now %s", job_id, node, state)
+                log.warning("job %s was running on dead node %s: now %s", job_id, node, state,
+                            extra=job_fields(job_id, node=self.ctx.node_id))
                 self.publish(NodeEvent("orphan_rescued", self.ctx.node_id, detail=node))
+                self.publish_rescued(job_id, state, f"node {node} died")
                 moved += 1
         self.orphans_rescued += moved
         return moved

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from jobserver.config import SchedulerMode
+from jobserver.logs import job_fields
 from schedulers.base import Scheduler, Ticker
 
 log = logging.getLogger(__name__)
@@ -76,5 +77,6 @@ class DistributedScheduler(Scheduler):
         return self.ctx.runner.running_count()  # one segment lock per running job
 
     def _segment_lost(self, job_id: int, key: str) -> None:
-        log.error("lost the lock of %s: stopping job %s and re-queueing it", key, job_id)
+        log.error("lost the lock of %s: stopping job %s and re-queueing it", key, job_id,
+                  extra=job_fields(job_id, node=self.ctx.node_id))
         self.ctx.runner.cancel(job_id, f"lock {key} lost", requeue=True)

@@ -10,7 +10,13 @@ import ctypes
 import os
 import signal
 
+from jobserver.logs import gunicorn_logconfig, inherit_defaults
+
 PR_SET_PDEATHSIG = 1
+
+#: ``jobserver --log-format json``: gunicorn's lines and the workers' as JSON too.
+logconfig_dict = gunicorn_logconfig()
+inherit_defaults()  # JSON lines of the arbiter and its workers name the node
 
 
 def on_starting(server) -> None:  # gunicorn hook, runs in the arbiter

@@ -353,7 +353,7 @@ class Harness:
                                          f"during start-up; log tail:\n{proc.tail()}")
             try:
                 cluster = api.cluster()
-            except (TRANSIENT, HttpError):
+            except (*TRANSIENT, HttpError):
                 return None
             seen = {n["id"]: n for n in cluster["nodes"] if n["alive"]}
             if any(seen.get(i, {}).get("pid") != p.pid for i, p in by_id.items()):

@@ -1,0 +1,116 @@
+"""Live views of the command line: ``jobserver cluster`` and ``jobserver jobs --watch``.
+
+``jobserver cluster`` (without ``--nodes``) prints the cluster as ``GET /api/v1/cluster``
+reports it: the mode, the active node, the jobs by state, and every node with its role,
+heartbeat age and running jobs. With ``--watch`` either view is redrawn every
+``--interval`` seconds until Ctrl-C (or ``--count`` frames); a refresh that cannot reach
+the API shows the error and tries again at the next tick.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TextIO
+
+from jobserver.client import ApiError
+from jobserver.exceptions import JobServerError
+
+STATES = ("READY", "RUNNING", "SUCCEED", "ERROR", "STOPPED", "DISCARDED")
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+                     for row in rows)
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    return f"{hours // 24}d"
+
+
+def cluster_view(cluster: dict[str, Any]) -> str:
+    jobs = cluster.get("jobs") or {}
+    nodes = cluster.get("nodes") or []
+    alive = sum(1 for node in nodes if node.get("alive"))
+    header = (f"mode: {cluster.get('mode')}   lock backend: {cluster.get('lock_backend')}   "
+              f"active: {cluster.get('active') or '-'}   nodes alive: {alive}/{len(nodes)}")
+    counts = "jobs:  " + "  ".join(f"{state} {jobs.get(state, 0)}" for state in STATES)
+    rows = [("NODE", "ROLE", "STATE", "HEARTBEAT", "RUNNING", "CAPACITY", "HOST", "PID",
+             "STARTED")]
+    for node in nodes:
+        state = "alive" if node.get("alive") else (
+            "dead" if node.get("state") == "alive" else node.get("state") or "?")
+        rows.append((str(node["id"]), str(node.get("role") or "-"), state,
+                     age(node.get("heartbeat_age_seconds")), str(node.get("running", 0)),
+                     str(node.get("capacity", "-")), str(node.get("host") or "-"),
+                     str(node.get("pid") or "-"), str(node.get("started_at") or "-")))
+    body = table(rows) if nodes else "(no node has registered yet)"
+    return "\n".join([header, counts, "", body])
+
+
+def jobs_view(page: dict[str, Any]) -> str:
+    rows = [("ID", "NAME", "STATE", "PROGRESS", "ATTEMPT", "NODE", "CREATED")]
+    for job in page["jobs"]:
+        progress = f"{job['progress']['done']}/{job['progress']['total']}"
+        rows.append((str(job["id"]), job["name"][:30], job["state"], progress,
+                     str(job["attempt"]), job["node"] or "-", job["created_at"] or ""))
+    return table(rows)
+
+
+def watch(render: Callable[[], str], title: str, interval: float = 2.0,
+          count: int | None = None, out: TextIO | None = None) -> int:
+    """Redraw ``render()`` every ``interval`` seconds (``count`` times, or until Ctrl-C).
+
+    A frame that cannot reach the API shows the error; an API refusal (a bad token, a
+    bad filter) ends the watch with exit code 1 like any client command.
+    """
+    out = out or sys.stdout
+    clear = out.isatty()
+    frame = 0
+    try:
+        while count is None or frame < count:
+            if frame:
+                time.sleep(interval)
+            frame += 1
+            try:
+                body = render()
+            except ApiError:
+                raise
+            except JobServerError as exc:
+                body = f"(refresh failed: {exc.message})"
+            stamp = datetime.now().strftime("%H:%M:%S")
+            heading = f"Every {interval:g}s: {title}   {stamp}"
+            out.write((CLEAR if clear else ("\n" if frame > 1 else "")) + heading + "\n\n"
+                      + body + "\n")
+            out.flush()
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def cluster_command(client: Any, watching: bool, interval: float,
+                    count: int | None) -> int:
+    render = lambda: cluster_view(client.cluster())  # noqa: E731
+    if watching:
+        return watch(render, "jobserver cluster", interval, count)
+    print(render())
+    return 0
+
+
+def jobs_watch(client: Any, query: dict[str, Any], interval: float,
+               count: int | None) -> int:
+    return watch(lambda: jobs_view(client.jobs(**query)), "jobserver jobs", interval, count)

@@ -1,0 +1,103 @@
+"""The CLI's views, rendered from API-shaped dicts (no server), and their parsing."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from jobserver.cli import _parser
+from jobserver.cli_views import age, cluster_view, jobs_view, watch
+from jobserver.client import ApiError
+from jobserver.exceptions import JobServerError
+
+CLUSTER = {
+    "mode": "leader", "lock_backend": "zookeeper", "active": "node-2",
+    "jobs": {"READY": 4, "RUNNING": 2, "SUCCEED": 17},
+    "nodes": [
+        {"id": "node-1", "host": "h1", "pid": 11, "role": "standby", "state": "alive",
+         "alive": True, "capacity": 10, "running": 1, "started_at": "2026-11-29T10:00:00Z",
+         "heartbeat_age_seconds": 0.42},
+        {"id": "node-2", "host": "h2", "pid": 12, "role": "active", "state": "alive",
+         "alive": True, "capacity": 10, "running": 1, "started_at": "2026-11-29T10:00:01Z",
+         "heartbeat_age_seconds": 1.5},
+        {"id": "node-3", "host": "h3", "pid": 13, "role": "none", "state": "alive",
+         "alive": False, "capacity": 10, "running": 0, "started_at": "2026-11-29T09:00:00Z",
+         "heartbeat_age_seconds": 4000.0},
+        {"id": "node-4", "host": "h4", "pid": 14, "role": "none", "state": "stopped",
+         "alive": False, "capacity": 10, "running": 0, "started_at": "2026-11-28T09:00:00Z",
+         "heartbeat_age_seconds": 90000.0},
+    ],
+}
+
+
+def test_cluster_view() -> None:
+    lines = cluster_view(CLUSTER).splitlines()
+    assert lines[0] == ("mode: leader   lock backend: zookeeper   active: node-2   "
+                        "nodes alive: 2/4")
+    assert lines[1] == ("jobs:  READY 4  RUNNING 2  SUCCEED 17  ERROR 0  STOPPED 0  "
+                        "DISCARDED 0")
+    assert lines[3].split() == ["NODE", "ROLE", "STATE", "HEARTBEAT", "RUNNING", "CAPACITY",
+                                "HOST", "PID", "STARTED"]
+    rows = [line.split() for line in lines[4:]]
+    assert rows[0][:5] == ["node-1", "standby", "alive", "0.4s", "1"]
+    assert rows[1][:5] == ["node-2", "active", "alive", "1.5s", "1"]
+    assert rows[2][:4] == ["node-3", "none", "dead", "1h06m"]  # crashed: row says alive
+    assert rows[3][:4] == ["node-4", "none", "stopped", "25h00m"]
+
+
+def test_cluster_view_without_nodes() -> None:
+    view = cluster_view({"mode": "single", "lock_backend": "file", "active": None,
+                         "nodes": [], "jobs": {}})
+    assert "active: -" in view and "(no node has registered yet)" in view
+
+
+def test_ages() -> None:
+    assert [age(s) for s in (None, 0.04, 59.9, 61, 3600, 3 * 86400)] == [
+        "-", "0.0s", "59.9s", "1m01s", "1h00m", "3d"]
+
+
+def test_watch_redraws_and_survives_an_unreachable_api() -> None:
+    calls = iter([JobServerError("cannot reach the API at x"), "frame 2", "frame 3"])
+
+    def render() -> str:
+        item = next(calls)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    out = io.StringIO()
+    assert watch(render, "jobserver jobs", interval=0, count=3, out=out) == 0
+    text = out.getvalue()
+    assert text.count("Every 0s: jobserver jobs") == 3
+    assert "(refresh failed: cannot reach the API at x)" in text
+    assert "frame 2" in text and "frame 3" in text and "\x1b[" not in text  # not a tty
+
+
+def test_watch_stops_on_an_api_refusal() -> None:
+    def render() -> str:
+        raise ApiError(401, {"error": {"message": "invalid token"}})
+
+    with pytest.raises(ApiError):
+        watch(render, "x", interval=0, count=3, out=io.StringIO())
+
+
+def test_jobs_view() -> None:
+    page = {"jobs": [{"id": 3, "name": "etl", "state": "RUNNING",
+                      "progress": {"done": 1, "total": 4}, "attempt": 2, "node": "node-1",
+                      "created_at": "2026-11-29T10:00:00Z"}]}
+    assert jobs_view(page).splitlines()[1].split() == [
+        "3", "etl", "RUNNING", "1/4", "2", "node-1", "2026-11-29T10:00:00Z"]
+
+
+def test_parsing() -> None:
+    parser = _parser()
+    status = parser.parse_args(["cluster"])
+    assert status.nodes is None and not status.watch
+    local = parser.parse_args(["cluster", "--nodes", "3", "--demo"])
+    assert (local.nodes, local.demo) == (3, True)
+    watching = parser.parse_args(["jobs", "--watch", "--interval", "0.5", "--state", "READY"])
+    assert (watching.watch, watching.interval, watching.state) == (True, 0.5, "READY")
+    assert parser.parse_args(["--log-format", "json", "serve"]).log_format == "json"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--log-format", "xml", "serve"])

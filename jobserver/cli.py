@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import socket
@@ -19,8 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jobserver import cli_tokens
 from jobserver.config import Config, load_config
 from jobserver.exceptions import ConfigError, JobServerError
+from jobserver.logs import FORMATS, default_format, setup_logging
 
 EXIT_API, EXIT_USAGE = 1, 2
 
@@ -29,13 +30,18 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jobserver", description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="TOML config file (default: $JOBSERVER_CONFIG)")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-format", choices=FORMATS, default=default_format(),
+                        help="plain (default) or json: one JSON object per line "
+                             "(default: $JOBSERVER_LOG_FORMAT)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="run one node: scheduler, runner and the HTTP API")
-    cluster = sub.add_parser("cluster", help="run N nodes on this host (embedded default)")
-    cluster.add_argument("--nodes", type=int, default=3)
-    cluster.add_argument("--demo", action="store_true", help="submit the demo jobs")
+    cluster = sub.add_parser("cluster", help="show the cluster's nodes; with --nodes N, run "
+                                             "N nodes on this host (embedded default)")
+    cluster.add_argument("--nodes", type=int, help="start N local nodes (make run: 3)")
+    cluster.add_argument("--demo", action="store_true", help="with --nodes: submit the demo jobs")
     db = sub.add_parser("db", help="database schema")
     db.add_argument("action", choices=["upgrade"])
+    cli_tokens.add_parser(sub)
     for name, text in (("submit", "submit a job spec (JSON file, or - for stdin)"),):
         command = sub.add_parser(name, help=text)
         command.add_argument("file")
@@ -44,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument("--state")
     jobs.add_argument("--name")
     jobs.add_argument("--limit", type=int, default=20)
+    for command in (cluster, jobs):  # the live views (jobserver.cli_views)
+        command.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+        command.add_argument("--interval", type=float, default=2.0, help="seconds (--watch)")
+        command.add_argument("--count", type=int, help="stop after this many refreshes")
     job = sub.add_parser("job", help="show one job with its steps")
     job.add_argument("id", type=int)
     for action in ("pause", "resume", "rerun", "discard"):
@@ -51,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("id", type=int)
     for command in sub.choices.values():
         if command.prog.split()[-1] in {"submit", "jobs", "job", "pause", "resume", "rerun",
-                                        "discard"}:
+                                        "discard", "cluster"}:
             command.add_argument("--url", default=os.environ.get("JOBSERVER_URL"))
             command.add_argument("--token", default=os.environ.get("JOBSERVER_TOKEN"))
     return parser
@@ -59,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _setup_logging(args.log_level)
+    setup_logging(args.log_level, args.log_format)
     try:
         return _dispatch(args)
     except ConfigError as exc:
@@ -72,12 +82,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_API
     except KeyboardInterrupt:
         return 130
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 class _Stop(Exception):
@@ -93,8 +97,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         from jobserver.serve import serve
 
         return serve(load_config(args.config))
+    if args.command == "cluster" and args.nodes is None:  # the status view
+        if args.demo:
+            raise ConfigError("--demo starts a local cluster: use it with --nodes N")
+        from jobserver.cli_views import cluster_command
+
+        return cluster_command(_client(args), args.watch or bool(args.count), args.interval,
+                               args.count)
     if args.command == "cluster":
         return _cluster(load_config(args.config), args.nodes, args.demo)
+    if args.command == "token":
+        return cli_tokens.run(args, load_config(args.config))
     if args.command == "db":
         from jobserver.store import Store
 
@@ -160,6 +173,11 @@ def _client_command(args: argparse.Namespace) -> int:
     if args.command == "submit":
         spec = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
         _print(client.submit(spec, args.idempotency_key))
+    elif args.command == "jobs" and (args.watch or args.count):
+        from jobserver.cli_views import jobs_watch
+
+        return jobs_watch(client, {"state": args.state, "name": args.name, "limit": args.limit},
+                          args.interval, args.count)
     elif args.command == "jobs":
         page = client.jobs(state=args.state, name=args.name, limit=args.limit)
         print(_table(page["jobs"]))

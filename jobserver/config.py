@@ -10,13 +10,15 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError,
+                      field_validator)
 
 from jobserver.exceptions import ConfigError
 
@@ -31,6 +33,10 @@ class SchedulerMode(str, enum.Enum):
     DISTRIBUTED = "distributed"
     LEADER = "leader"
 
+
+#: The listener that runs unless ``scheduler.listeners`` says otherwise: it logs.
+DEFAULT_LISTENER = "jobserver.listeners:LoggingListener"
+_LISTENER_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 _KYLIN_MODE_NUMBERS = {0: SchedulerMode.SINGLE, 2: SchedulerMode.DISTRIBUTED,
                        100: SchedulerMode.LEADER}
@@ -53,6 +59,15 @@ class SchedulerConfig(_Section):
     # PostgreSQL: submits NOTIFY and idle schedulers LISTEN; turn off behind a
     # transaction-pooling proxy (polling remains).
     notify: bool = True
+    # Scheduling listeners (jobserver.listeners): "module:Class" names, trusted operator
+    # config imported at start-up. An empty list turns every listener off.
+    listeners: list[str] = Field(default_factory=lambda: [DEFAULT_LISTENER])
+    listener_max_retries: int = Field(default=-1, ge=-1)  # -1: restart for ever
+    listener_queue_size: int = Field(default=10000, ge=1, le=1_000_000)
+    # The webhook listener runs when URLs are set: POST of each event's JSON.
+    webhook_urls: list[str] = Field(default_factory=list)
+    webhook_retries: int = Field(default=3, ge=0, le=100)
+    webhook_timeout: float = Field(default=5.0, gt=0, le=300)
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -65,6 +80,22 @@ class SchedulerConfig(_Section):
                 raise ValueError("Kylin mode numbers are 0 (single), 2 (distributed), 100 (leader)")
             return _KYLIN_MODE_NUMBERS[number]
         return value
+
+    @field_validator("listeners")
+    @classmethod
+    def _listener_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not _LISTENER_NAME.match(name):
+                raise ValueError(f"{name!r} is not a 'module:Class' name")
+        return names
+
+    @field_validator("webhook_urls")
+    @classmethod
+    def _webhook_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return urls
 
 
 class LockConfig(_Section):
@@ -79,6 +110,19 @@ class ZooKeeperConfig(_Section):
     hosts: str = "127.0.0.1:2181"
     root: str = Field(default="/jobserver", pattern=r"^/[A-Za-z0-9_./-]*$")
     session_timeout: float = Field(default=6.0, ge=1, le=600)
+    # "digest:USER:PASSWORD": nodes are created readable and writable by that user only
+    # (and the client authenticates as it). No default; unset means open ACLs.
+    auth: SecretStr | None = None
+
+    @field_validator("auth")
+    @classmethod
+    def _digest_auth(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            scheme, _, rest = value.get_secret_value().partition(":")
+            user, _, password = rest.partition(":")
+            if scheme != "digest" or not user or not password:
+                raise ValueError("expected 'digest:USER:PASSWORD'")
+        return value
 
 
 class ServerConfig(_Section):
@@ -96,6 +140,11 @@ class ApiConfig(_Section):
     workers: int = Field(default=2, ge=1, le=64)
     max_body_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
     reuse_port: bool = False
+    # False: no authentication at all; ``serve`` then refuses any bind but loopback.
+    auth: bool = True
+    # Submits per second per token (a token bucket in each gunicorn worker).
+    submit_rate: float = Field(default=100.0, gt=0, le=1_000_000)
+    submit_burst: int = Field(default=200, ge=1, le=1_000_000)
 
     @field_validator("tokens")
     @classmethod
@@ -152,7 +201,7 @@ def load_config(path: str | os.PathLike[str] | None = None,
     data: dict[str, Any] = _read_file(Path(path)) if path else {}
     sources: dict[tuple[str, ...], str] = {}
     for keys, value, env_name in _env_overrides(environ):
-        _set_dotted(data, keys, value)
+        _set_dotted(data, keys, value, env_name)
         sources[keys] = env_name
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, tuple(dotted.split(".")), value)
@@ -216,12 +265,14 @@ def _is_list_field(keys: tuple[str, ...]) -> bool:
     return "list[" in str(model)
 
 
-def _set_dotted(data: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+def _set_dotted(data: dict[str, Any], keys: tuple[str, ...], value: Any,
+                origin: str | None = None) -> None:
     node = data
     for key in keys[:-1]:
         child = node.setdefault(key, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"{'.'.join(keys)}: {key} is not a section")
+            where = f" (from {origin})" if origin else ""
+            raise ConfigError(f"{'.'.join(keys)}{where}: {key} is not a section")
         node = child
     node[keys[-1]] = value
 
@@ -232,7 +283,10 @@ def _describe(exc: ValidationError, sources: dict[tuple[str, ...], str]) -> str:
         keys = tuple(str(part) for part in error["loc"])
         dotted = ".".join(keys)
         message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-        origin = next((env for k, env in sources.items() if keys[: len(k)] == k), None)
+        # The variable that set this key, a key under it, or (for an unknown section
+        # such as JOBSERVER_NOPE__X) a key beneath the one named.
+        origin = next((env for k, env in sources.items()
+                       if keys[: len(k)] == k or k[: len(keys)] == keys), None)
         where = f" (from {origin})" if origin else ""
         lines.append(f"{dotted}{where}: {message}")
     return "invalid configuration: " + "; ".join(lines)

@@ -72,6 +72,24 @@ class AuthError(JobServerError):
     http_status = 401
 
 
+class Forbidden(JobServerError):
+    """A valid token without the scope the request needs; ``details`` name the scope."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class RateLimited(JobServerError):
+    """Too many requests for this token; retry after ``retry_after`` seconds."""
+
+    code = "rate_limited"
+    http_status = 429
+
+    def __init__(self, message: str, retry_after: int, details: Any = None) -> None:
+        super().__init__(message, details)
+        self.retry_after = retry_after
+
+
 class FencedOff(JobServerError):
     """A write was refused because this node no longer owns the job.
 
@@ -89,6 +107,14 @@ class LockError(JobServerError):
 
     code = "lock_error"
     http_status = 503
+
+
+class RetryableListenerError(JobServerError):
+    """Raised by a scheduling listener that wants to be restarted and to receive again
+    the last event of each job it has seen (Schedoscope's ``RetryableSchedulingListenerException``).
+    Any other exception restarts the listener and drops the event."""
+
+    code = "listener_retry"
 
 
 class StepFailed(JobServerError):

@@ -21,7 +21,9 @@ import time
 
 from jobserver.config import Config
 from jobserver.exceptions import ConfigError
+from jobserver.logs import set_defaults as set_log_defaults
 from jobserver.metrics import prepare_multiprocess_dir
+from jobserver.security import check_serve_auth
 from jobserver.node import Node
 
 log = logging.getLogger(__name__)
@@ -68,9 +70,8 @@ class ApiProcess:
 
 
 def serve(config: Config) -> int:
-    if not config.api.tokens:
-        raise ConfigError("api.tokens: no API token configured; set api.tokens in the config "
-                          "file or JOBSERVER_API__TOKENS (there is no default token)")
+    check_serve_auth(config)  # auth off only on loopback; some token must exist
+    set_log_defaults(node=config.server.id)  # every JSON log line names its node
     prepare_multiprocess_dir(config.data_dir, config.server.id)
     node = Node(config)
     node.start()  # refuses a server.id already in use before any API process exists

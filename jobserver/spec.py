@@ -8,6 +8,7 @@ field, e.g. ``steps[1].argv[0]``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
@@ -33,6 +34,24 @@ def _to_utc(value: datetime) -> datetime:
 
 
 MAX_STEPS = 200
+#: Free-form JSON (a job's ``params``, a python step's ``args``) is capped by its
+#: serialized size: it is stored on every job row and handed to every step.
+MAX_JSON_BYTES = 64 * 1024
+
+
+def _capped_json(value: dict[str, Any]) -> dict[str, Any]:
+    try:
+        # NaN and Infinity parse (Python's JSON dialect) but are not JSON: PostgreSQL
+        # refuses them and clients could not read them back.
+        size = len(json.dumps(value, separators=(",", ":"), allow_nan=False).encode())
+    except ValueError:
+        raise ValueError("NaN and Infinity are not JSON numbers") from None
+    if size > MAX_JSON_BYTES:
+        raise ValueError(f"{size} bytes of JSON; at most {MAX_JSON_BYTES} are allowed")
+    return value
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(_capped_json)]
 
 
 class _Strict(BaseModel):
@@ -62,13 +81,14 @@ class ShellStep(_StepBase):
     type: Literal["shell"]
     argv: list[Arg] = Field(min_length=1, max_length=256)
     timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
-    env: dict[EnvName, Arg] = Field(default_factory=dict, max_length=64)
+    env: dict[EnvName, Arg] = Field(default_factory=dict, max_length=64,
+                                    json_schema_extra={"additionalProperties": False})
 
 
 class PythonStep(_StepBase):
     type: Literal["python"]
     callable: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,200}$")]
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: JsonObject = Field(default_factory=dict)
 
 
 StepSpec = Annotated[Union[NoopStep, SleepStep, ShellStep, PythonStep],
@@ -82,7 +102,7 @@ class JobSpec(_Strict):
     priority: int = Field(default=0, ge=-1000, le=1000)
     lock_key: Text | None = None
     assigned_servers: list[ServerId] | None = Field(default=None, min_length=1, max_length=64)
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: JsonObject = Field(default_factory=dict)
     parallelism: int = Field(default=1, ge=1, le=64)
     not_before: Annotated[AwareDatetime, AfterValidator(_to_utc)] | None = None
 

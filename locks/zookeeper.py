@@ -3,6 +3,12 @@
 Paths live under ``zookeeper.root``: ``<root>/locks/<key>``. The fence is the lock
 node's ``czxid``, which ZooKeeper makes strictly increasing across the ensemble.
 
+With ``zookeeper.auth`` ("digest:USER:PASSWORD") the client authenticates as that
+user and every node it creates (the root, ``locks/`` and the lock nodes) carries a
+digest ACL granting that user everything and nobody else anything: other clients can
+neither read nor delete the locks. Digest credentials cross the network in clear text
+unless the ensemble uses TLS.
+
 Session states follow kazoo's advice: SUSPENDED (connection lost, the session may
 survive) stops new claims but keeps leases; LOST (session expired) marks every lease
 lost at once. The state listener only flips flags and calls the lost callbacks; it
@@ -20,11 +26,26 @@ from urllib.parse import quote
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, LockTimeout, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 
 from jobserver.exceptions import LockError
 from locks.base import Lease, LockBackend
 
 log = logging.getLogger(__name__)
+
+
+def digest_acl_options(auth: str | None) -> dict[str, Any]:
+    """KazooClient options for ``digest:USER:PASSWORD``: authenticate, and create nodes
+    that only this user may read, write, create under, delete or administer."""
+    if not auth:
+        return {}
+    scheme, _, credential = auth.partition(":")
+    user, _, password = credential.partition(":")
+    if scheme != "digest" or not user or not password:
+        raise LockError("zookeeper.auth must be 'digest:USER:PASSWORD'")
+    return {"auth_data": [("digest", f"{user}:{password}")],
+            "default_acl": [make_digest_acl(user, password, all=True)]}
 
 
 class ZooKeeperLease(Lease):
@@ -45,11 +66,18 @@ class ZooKeeperLockBackend(LockBackend):
     name = "zookeeper"
 
     def __init__(self, hosts: str, identity: str, root: str = "/jobserver",
-                 session_timeout: float = 6.0) -> None:
+                 session_timeout: float = 6.0, auth: str | None = None) -> None:
         self._identity = identity
         self._root = "/" + root.strip("/")
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout)
+        # Reconnect at least every second: kazoo's default backoff grows to an hour,
+        # so after an outage of N seconds a client might wait about N more before it
+        # tried again, long enough for its session (and the leadership or the locks it
+        # holds) to expire on a server that came back long before.
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout,
+                                   connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
+                                   **digest_acl_options(auth))
         self._leases: dict[str, ZooKeeperLease] = {}
+        self._abandoned: list[Any] = []  # failed acquisitions to clean up (see _abandon)
         self._mutex = threading.Lock()
         self._connected = threading.Event()
         self._client.add_listener(self._on_state)
@@ -95,15 +123,20 @@ class ZooKeeperLockBackend(LockBackend):
         with self._mutex:
             if key in self._leases and not blocking:
                 return None
+        if self._abandoned and self._connected.is_set():
+            self._sweep()
         lock = self._client.Lock(self._path(key), identifier=identity)
         try:
             if not lock.acquire(blocking=blocking, timeout=timeout):
+                self._abandon(lock)
                 return None
             stat = self._client.exists(f"{lock.path}/{lock.node}")
         except LockTimeout:
+            self._abandon(lock)
             return None
         except (KazooException, KazooTimeoutError) as exc:
             lock.cancel()
+            self._abandon(lock, always=True)
             raise LockError(f"ZooKeeper lock {key}: {exc!r}") from None
         if stat is None:
             lock.release()
@@ -112,6 +145,36 @@ class ZooKeeperLockBackend(LockBackend):
         with self._mutex:
             self._leases[key] = lease
         return lease
+
+    def _abandon(self, lock: Any, always: bool = False) -> None:
+        """Remember a failed acquisition whose contender node may outlive it.
+
+        kazoo deletes the node of a failed acquisition, but not while the connection
+        is down; if the session then survives, the node stays in the queue with no
+        lease behind it and every later contender, this process's own included, waits
+        behind it forever. :meth:`_sweep` deletes such nodes once connected again.
+        """
+        if always or not self._client.connected:
+            with self._mutex:
+                self._abandoned.append(lock)
+
+    def _sweep(self) -> None:
+        with self._mutex:
+            abandoned, self._abandoned = self._abandoned, []
+        keep = []
+        for lock in abandoned:
+            try:
+                for child in self._client.get_children(lock.path):
+                    if child.startswith(lock.prefix):
+                        self._client.delete(f"{lock.path}/{child}")
+                        log.info("deleted the stranded lock node %s/%s", lock.path, child)
+            except NoNodeError:
+                pass
+            except (KazooException, KazooTimeoutError):
+                keep.append(lock)
+        if keep:
+            with self._mutex:
+                self._abandoned.extend(keep)
 
     def _forget(self, lease: ZooKeeperLease) -> None:
         with self._mutex:

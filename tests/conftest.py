@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from jobserver.store import Store
-from jobserver.store.tables import epochs, events, jobs, servers, steps
+from jobserver.store.tables import api_tokens, epochs, events, jobs, servers, steps
 
 PG_ADMIN_URL = os.environ.get("JOBSERVER_TEST_PG",
                               "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
@@ -64,10 +64,10 @@ def pg_store_session(pg_url: str) -> Iterator[Store]:
 def _empty(store: Store) -> None:
     with store.tx.write() as conn:
         if store.dialect == "postgresql":
-            conn.exec_driver_sql("TRUNCATE jobs, steps, job_events, servers, lock_epochs "
-                                 "RESTART IDENTITY CASCADE")
+            conn.exec_driver_sql("TRUNCATE jobs, steps, job_events, servers, lock_epochs, "
+                                 "api_tokens RESTART IDENTITY CASCADE")
         else:
-            for table in (events, steps, jobs, servers, epochs):
+            for table in (events, steps, jobs, servers, epochs, api_tokens):
                 conn.execute(table.delete())
 
 

@@ -7,7 +7,6 @@ between processes. Every route but ``/healthz`` needs a bearer token.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from dataclasses import dataclass
@@ -17,7 +16,8 @@ from flask import Flask, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from jobserver.config import Config, load_config
-from jobserver.exceptions import AuthError, JobServerError
+from jobserver.api.auth import SubmitLimiter, authenticate, authorize
+from jobserver.exceptions import AuthError, JobServerError, RateLimited
 from jobserver.metrics import ApiMetrics, multiprocess
 from jobserver.spec import Policy
 from jobserver.steps.python import PythonSteps
@@ -35,6 +35,7 @@ class ApiContext:
     policy: Policy
     metrics: ApiMetrics
     registry: Any  # this app's own registry when not in multiprocess mode
+    limiter: SubmitLimiter  # per-token submit rate (api.submit_rate)
 
 
 def api() -> ApiContext:
@@ -55,7 +56,8 @@ def create_app(config: Config | None = None, store: Store | None = None,
         store=store or Store(config.database_url, config.database.pool_size,
                              notify=config.scheduler.notify),
         policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables),
-        metrics=ApiMetrics(registry), registry=registry)
+        metrics=ApiMetrics(registry), registry=registry,
+        limiter=SubmitLimiter(config.api.submit_rate, config.api.submit_burst))
 
     from jobserver.api import cluster, health, jobs, metrics, openapi
 
@@ -96,25 +98,20 @@ def error_response(status: int, code: str, message: str, details: Any = None):
 
 
 def _authenticate() -> None:
+    """401 without a valid token, 403 outside the token's scopes (``api/auth.py``)."""
     if request.endpoint in PUBLIC_ENDPOINTS:
         return
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise AuthError("missing bearer token", {"header": "Authorization"})
-    # Compare against every token so timing does not reveal which one nearly matched.
-    matched = False
-    for candidate in api().config.api.tokens:
-        matched |= hmac.compare_digest(candidate.encode(), token.strip().encode())
-    if not matched:
-        raise AuthError("invalid token", {"header": "Authorization"})
-    g.authenticated = True
+    ctx = api()
+    g.principal = authenticate(ctx.config, ctx.store, request.headers.get("Authorization", ""))
+    authorize(g.principal, request.endpoint)
 
 
 def _jobserver_error(exc: JobServerError):
     response = error_response(exc.http_status, exc.code, exc.message, exc.details)
     if isinstance(exc, AuthError):
         response[0].headers["WWW-Authenticate"] = 'Bearer realm="jobserver"'
+    if isinstance(exc, RateLimited):
+        response[0].headers["Retry-After"] = str(exc.retry_after)
     return response
 
 

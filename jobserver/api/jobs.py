@@ -6,10 +6,11 @@ import hashlib
 import json
 import re
 
-from flask import Blueprint, request
+from flask import Blueprint, g, request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobserver.api import api
+from jobserver.api.auth import check_step_types
 from jobserver.api.serialize import event_json, job_json
 from jobserver.exceptions import InvalidRequest
 from jobserver.spec import field_path, parse_job, validate_job
@@ -50,8 +51,10 @@ def _idempotency_key() -> str | None:
 @blueprint.post("")
 def submit():
     ctx = api()
+    ctx.limiter.check(g.principal)
     key = _idempotency_key()
     spec = parse_job(_require_json())
+    check_step_types(g.principal, spec)
     dependencies = validate_job(spec, ctx.policy)
     digest = hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True)
                             .encode()).hexdigest()

@@ -28,7 +28,15 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": REF.format(model=name)}
 
 
-STEP = {"type": "object", "properties": {
+def _exact(properties: dict[str, Any], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An object with exactly these properties (all required but ``optional``), so that
+    the schemathesis run in CI checks every response field, not just some."""
+    return {"type": "object", "properties": properties,
+            "required": [name for name in properties if name not in optional],
+            "additionalProperties": False}
+
+
+STEP = _exact({
     "name": {"type": "string"}, "type": {"type": "string"},
     "state": {"enum": STATES}, "depends_on": {"type": "array", "items": {"type": "string"}},
     "spec": {"type": "object"}, "retries": {"type": "integer"},
@@ -36,10 +44,9 @@ STEP = {"type": "object", "properties": {
     "attempt": {"type": "integer"}, "started_at": _time, "finished_at": _time,
     "exit_code": {"type": ["integer", "null"]}, "output": _nullable_str, "error": _nullable_str,
     "wall_seconds": {"type": ["number", "null"]}, "cpu_seconds": {"type": ["number", "null"]},
-    "peak_rss_kb": {"type": ["integer", "null"]}, "metrics": {"type": ["object", "null"]}},
-    "required": ["name", "type", "state", "attempt"]}
+    "peak_rss_kb": {"type": ["integer", "null"]}, "metrics": {"type": ["object", "null"]}})
 
-JOB = {"type": "object", "properties": {
+JOB = _exact({
     "id": {"type": "integer"}, "name": {"type": "string"}, "state": {"enum": STATES},
     "priority": {"type": "integer"}, "lock_key": _nullable_str,
     "assigned_servers": {"type": ["array", "null"], "items": {"type": "string"}},
@@ -47,39 +54,69 @@ JOB = {"type": "object", "properties": {
     "node": _nullable_str, "fence": {"type": "integer"}, "attempt": {"type": "integer"},
     "error": _nullable_str, "created_at": _time, "updated_at": _time, "started_at": _time,
     "finished_at": _time,
-    "progress": {"type": "object", "properties": {"done": {"type": "integer"},
-                                                   "total": {"type": "integer"}}},
+    "progress": _exact({"done": {"type": "integer"}, "total": {"type": "integer"}}),
     "steps": {"type": "array", "items": _ref("Step")}},
-    "required": ["id", "name", "state", "priority", "attempt", "fence", "progress"]}
+    optional=("steps",))  # lists leave the steps out
 
-EVENT = {"type": "object", "properties": {
+EVENT = _exact({
     "id": {"type": "integer"}, "step": _nullable_str, "from_state": _nullable_str,
     "to_state": {"type": "string"}, "node": _nullable_str,
     "fence": {"type": ["integer", "null"]}, "attempt": {"type": ["integer", "null"]},
-    "message": _nullable_str, "at": _time}, "required": ["id", "to_state", "at"]}
+    "message": _nullable_str, "at": _time})
 
-NODE = {"type": "object", "properties": {
+NODE = _exact({
     "id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
     "mode": {"type": "string"}, "role": {"type": "string"}, "state": {"type": "string"},
     "alive": {"type": "boolean"}, "capacity": {"type": "integer"},
     "running": {"type": "integer"}, "started_at": _time, "heartbeat_at": _time,
-    "heartbeat_age_seconds": {"type": "number"}},
-    "required": ["id", "alive", "role", "heartbeat_age_seconds"]}
+    "heartbeat_age_seconds": {"type": "number"}})
 
-ERROR = {"type": "object", "properties": {"error": {"type": "object", "properties": {
-    "code": {"type": "string"}, "message": {"type": "string"}, "details": {}},
-    "required": ["code", "message"]}}, "required": ["error"]}
-
+ERROR = _exact({"error": _exact({
+    "code": {"type": "string"}, "message": {"type": "string"}, "details": {}})})
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+_HEADER_TEXT = {"type": "string"}
+_ERROR_TEXT = {
+    400: "malformed request (the body is not JSON)",
+    401: "missing, unknown, revoked or expired token",
+    403: "the token lacks the route's scope (details name it), or the 'shell' scope for "
+         "a job with shell steps",
+    404: "no such job", 409: "conflict (illegal transition, idempotency key reuse)",
+    413: "body larger than api.max_body_bytes", 422: "invalid request; details name the fields",
+    429: "the token submits faster than api.submit_rate; retry after Retry-After seconds"}
+_ERROR_HEADERS = {
+    401: {"WWW-Authenticate": {"schema": _HEADER_TEXT, "required": True}},
+    429: {"Retry-After": {"description": "whole seconds, at least 1", "required": True,
+                          "schema": {"type": "string", "pattern": "^[1-9][0-9]*$"}}}}
+
+
 def _errors(*codes: int) -> dict[str, Any]:
-    text = {400: "bad request", 401: "missing or invalid token", 404: "no such job",
-            409: "conflict (illegal transition, idempotency key reuse)",
-            413: "body too large", 422: "invalid request; details name the fields"}
-    return {str(code): _json(_ref("Error"), text[code]) for code in codes}
+    responses = {}
+    for code in sorted({401, 403, *codes}):  # every route but /healthz needs a token
+        responses[str(code)] = _json(_ref("Error"), _ERROR_TEXT[code])
+        if code in _ERROR_HEADERS:
+            responses[str(code)]["headers"] = _ERROR_HEADERS[code]
+    return responses
+
+
+def _job_links() -> dict[str, Any]:
+    """Where a returned job leads: its page, its events and the operator actions
+    (schemathesis' stateful phase follows these)."""
+    job_id = {"job_id": "$response.body#/id"}
+    return {name: {"operationId": operation, "parameters": job_id}
+            for name, operation in (("GetJob", "get_job"), ("JobEvents", "job_events"),
+                                    ("PauseJob", "pause_job"), ("ResumeJob", "resume_job"),
+                                    ("RerunJob", "rerun_job"), ("DiscardJob", "discard_job"))}
+
+
+def _job_response(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response = {**_json(_ref("Job"), description), "links": _job_links()}
+    if headers:
+        response["headers"] = headers
+    return response
 
 
 def _job_id() -> dict[str, Any]:
@@ -94,61 +131,76 @@ def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 def _paths() -> dict[str, Any]:
     operations = {
         f"/api/v1/jobs/{{job_id}}/{action}": {"post": {
-            "summary": f"{action.capitalize()} a job", "operationId": f"{action}_job",
-            "parameters": [_job_id()],
-            "responses": {"200": _json(_ref("Job"), "the job after the change"),
-                          **_errors(400, 401, 404, 409, 422)}}}
+            "summary": f"{action.capitalize()} a job (scope: operate)",
+            "operationId": f"{action}_job", "parameters": [_job_id()],
+            "requestBody": {"required": False, "description": "nothing, or {}", "content": {
+                "application/json": {"schema": {"type": "object", "maxProperties": 0}}}},
+            "responses": {"200": _job_response("the job after the change"),
+                          **_errors(404, 409, 413, 422)}}}
         for action in ("pause", "resume", "rerun", "discard")}
     return {
         "/healthz": {"get": {"summary": "Liveness", "operationId": "healthz", "security": [],
-                             "responses": {"200": _json({"type": "object"}, "healthy"),
-                                           "503": _json(_ref("Error"), "store unreachable")}}},
+                             "responses": {
+                                 "200": _json(_exact({"status": {"const": "ok"}}), "healthy"),
+                                 "503": _json(_ref("Error"), "store unreachable")}}},
         "/api/v1/jobs": {
-            "post": {"summary": "Submit a job", "operationId": "submit_job",
+            "post": {"summary": "Submit a job (scope: submit; shell steps also: shell)",
+                     "operationId": "submit_job",
                      "parameters": [{"name": "Idempotency-Key", "in": "header",
                                      "required": False,
-                                     "schema": {"type": "string", "maxLength": 200}}],
+                                     "schema": {"type": "string", "minLength": 1,
+                                                "maxLength": 200,
+                                                "pattern": "^[\\x21-\\x7e]{1,200}$"}}],
                      "requestBody": {"required": True, "content": {
                          "application/json": {"schema": _ref("JobSpec")}}},
-                     "responses": {"201": _json(_ref("Job"), "created"),
-                                   "200": _json(_ref("Job"), "replayed idempotent submit"),
-                                   **_errors(400, 401, 409, 413, 422)}},
-            "get": {"summary": "List jobs, newest first", "operationId": "list_jobs",
+                     "responses": {
+                         "201": _job_response("created", {"Location": {
+                             "schema": _HEADER_TEXT, "required": True}}),
+                         "200": _job_response("replayed idempotent submit", {
+                             "Location": {"schema": _HEADER_TEXT, "required": True},
+                             "Idempotent-Replayed": {"schema": {"const": "true"},
+                                                     "required": True}}),
+                         **_errors(400, 409, 413, 422, 429)}},
+            "get": {"summary": "List jobs, newest first (scope: read)",
+                    "operationId": "list_jobs",
                     "parameters": [_query("state", {"enum": STATES}),
-                                   _query("name", {"type": "string", "maxLength": 200}),
+                                   _query("name", {"type": "string", "maxLength": 200,
+                                                   "pattern": "^[^\\x00]*$"}),
                                    _query("limit", {"type": "integer", "minimum": 1,
                                                     "maximum": 500}),
                                    _query("cursor", {"type": "string",
                                                      "pattern": "^[1-9][0-9]{0,18}$"})],
-                    "responses": {"200": _json({"type": "object", "properties": {
+                    "responses": {"200": _json(_exact({
                         "jobs": {"type": "array", "items": _ref("Job")},
-                        "next_cursor": _nullable_str}}, "a page of jobs"),
-                        **_errors(401, 422)}}},
+                        "next_cursor": _nullable_str}), "a page of jobs"),
+                        **_errors(422)}}},
         "/api/v1/jobs/{job_id}": {"get": {
-            "summary": "A job with its steps", "operationId": "get_job",
+            "summary": "A job with its steps (scope: read)", "operationId": "get_job",
             "parameters": [_job_id()],
-            "responses": {"200": _json(_ref("Job"), "the job"), **_errors(401, 404)}}},
+            "responses": {"200": _job_response("the job"), **_errors(404)}}},
         "/api/v1/jobs/{job_id}/events": {"get": {
-            "summary": "The job's audit trail", "operationId": "job_events",
+            "summary": "The job's audit trail (scope: read)", "operationId": "job_events",
             "parameters": [_job_id()],
-            "responses": {"200": _json({"type": "object", "properties": {
-                "events": {"type": "array", "items": _ref("Event")}}}, "events, oldest first"),
-                **_errors(401, 404)}}},
+            "responses": {"200": _json(_exact({
+                "events": {"type": "array", "items": _ref("Event")}}), "events, oldest first"),
+                **_errors(404)}}},
         **operations,
         "/api/v1/cluster": {"get": {
-            "summary": "Mode, lock backend, nodes", "operationId": "cluster",
-            "responses": {"200": _json({"type": "object", "properties": {
+            "summary": "Mode, lock backend, nodes (scope: read)", "operationId": "cluster",
+            "responses": {"200": _json(_exact({
                 "mode": {"type": "string"}, "lock_backend": {"type": "string"},
                 "active": _nullable_str, "nodes": {"type": "array", "items": _ref("Node")},
-                "jobs": {"type": "object"}}}, "cluster state"), **_errors(401)}}},
+                "jobs": {"type": "object", "propertyNames": {"enum": STATES},
+                         "additionalProperties": {"type": "integer"}}}), "cluster state"),
+                **_errors()}}},
         "/metrics": {"get": {
-            "summary": "Prometheus metrics of this node", "operationId": "metrics",
+            "summary": "Prometheus metrics of this node (scope: read)", "operationId": "metrics",
             "responses": {"200": {"description": "Prometheus text exposition",
                                   "content": {"text/plain": {"schema": {"type": "string"}}}},
-                          **_errors(401)}}},
+                          **_errors()}}},
         "/api/v1/openapi.json": {"get": {
-            "summary": "This document", "operationId": "openapi",
-            "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1"), **_errors(401)}}},
+            "summary": "This document (scope: read)", "operationId": "openapi",
+            "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1"), **_errors()}}},
     }
 
 
@@ -162,7 +214,10 @@ def document() -> dict[str, Any]:
         "info": {"title": "jobserver", "version": __version__},
         "paths": _paths(),
         "components": {"schemas": components, "securitySchemes": {
-            "bearer": {"type": "http", "scheme": "bearer"}}},
+            "bearer": {"type": "http", "scheme": "bearer", "description": (
+                "A token from api.tokens (every scope) or from `jobserver token create` "
+                "with scopes: read (GET routes), submit, shell (jobs with shell steps, "
+                "with submit), operate (pause, resume, rerun, discard), admin.")}}},
         "security": [{"bearer": []}],
     }
 

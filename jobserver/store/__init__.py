@@ -2,7 +2,8 @@
 
 :class:`Store` owns the engine and hands out repositories by concern — ``jobs`` (what
 the API does), ``runs`` (what schedulers and runners do), ``servers`` (nodes and
-heartbeats) and ``epochs`` (fence counters for lock backends).
+heartbeats), ``epochs`` (fence counters for lock backends) and ``tokens`` (API
+tokens).
 """
 
 from __future__ import annotations
@@ -50,19 +51,22 @@ class Transactions:
 
 
 class Store:
-    def __init__(self, url: str, pool_size: int = 5, notify: bool = True) -> None:
+    def __init__(self, url: str, pool_size: int = 5, notify: bool = True,
+                 stall_timeout: float | None = None) -> None:
         from jobserver.store.epochs import EpochRepository
         from jobserver.store.jobs import JobRepository
         from jobserver.store.runs import RunRepository
         from jobserver.store.servers import ServerRepository
+        from jobserver.store.tokens import TokenRepository
 
         self.url = url
-        self.engine = make_engine(url, pool_size)
+        self.engine = make_engine(url, pool_size, stall_timeout)
         self.tx = Transactions(self.engine, notify)
         self.jobs = JobRepository(self.tx)
         self.runs = RunRepository(self.tx)
         self.servers = ServerRepository(self.tx)
         self.epochs = EpochRepository(self.tx)
+        self.tokens = TokenRepository(self.tx)
 
     @property
     def dialect(self) -> str:

@@ -166,3 +166,25 @@ class LockEpochRow(Base):
     # Who took the newest lease and when: leaders and lock holders at a glance.
     holder: Mapped[str | None] = mapped_column(String(100))
     acquired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ApiTokenRow(Base):
+    """API tokens kept in the store (``jobserver token create``); only a hash is kept.
+
+    ``token_hash`` is the SHA-256 of the secret. The secrets are 256-bit random values
+    made by ``secrets``, not passwords chosen by people: nothing can be guessed, so a
+    slow, salted password hash would add nothing but cost on every request, and an
+    unsalted digest lets a request find its row by an indexed lookup.
+    """
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # JSON list of scope names: read, submit, operate, admin, shell.
+    scopes: Mapped[list] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -7,13 +7,15 @@ from typing import Any
 from sqlalchemy import Connection, insert
 
 from jobserver.store.engine import store_now
-from jobserver.store.models import JobEventRow, JobRow, LockEpochRow, ServerRow, StepRow
+from jobserver.store.models import (ApiTokenRow, JobEventRow, JobRow, LockEpochRow, ServerRow,
+                                    StepRow)
 
 jobs = JobRow.__table__
 steps = StepRow.__table__
 events = JobEventRow.__table__
 servers = ServerRow.__table__
 epochs = LockEpochRow.__table__
+api_tokens = ApiTokenRow.__table__
 
 _EVENT_FIELDS = ("job_id", "step", "from_state", "to_state", "node", "fence", "attempt",
                  "message")

@@ -1,0 +1,145 @@
+"""Who is calling, and may they: bearer tokens, scopes per route, submit rate limits.
+
+Two kinds of token are accepted:
+
+* ``api.tokens`` from the config: operator-provisioned secrets with every scope
+  (they should be long random values, e.g. ``python -c 'import secrets;
+  print(secrets.token_urlsafe(32))'``);
+* tokens in the store (``jobserver token create``): hashed, scoped, revocable and
+  optionally expiring (see :mod:`jobserver.store.tokens` for the scopes).
+
+A missing or unknown token is a 401; a token without the route's scope is a 403 that
+names the scope. Routes not listed in :data:`ENDPOINT_SCOPES` need ``admin``, so a new
+route is closed until someone decides otherwise.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jobserver.config import Config
+from jobserver.exceptions import AuthError, Forbidden, RateLimited
+from jobserver.store.tokens import ADMIN, ALL_SCOPES, OPERATE, READ, SHELL, SUBMIT
+
+ENDPOINT_SCOPES: dict[str, str] = {
+    "jobs.submit": SUBMIT,
+    "jobs.list_jobs": READ,
+    "jobs.get_job": READ,
+    "jobs.job_events": READ,
+    "jobs.operate": OPERATE,
+    "cluster.cluster": READ,
+    "metrics.metrics": READ,
+    "openapi.openapi_json": READ,
+}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: a token's name and id (never its secret) and its scopes."""
+
+    name: str
+    scopes: frozenset[str]
+    id: int | None = None  # stored tokens only
+
+    @property
+    def key(self) -> str:
+        """What the rate limiter counts by."""
+        return f"token:{self.id}" if self.id is not None else self.name
+
+    def describe(self) -> dict[str, Any]:
+        return {"token": self.name, "token_id": self.id}
+
+
+ANONYMOUS = Principal("anonymous (api.auth=false)", ALL_SCOPES)
+
+
+def required_scope(endpoint: str | None) -> str | None:
+    """The scope a route needs; None for an unmatched URL (it is a 404 anyway)."""
+    if endpoint is None:
+        return None
+    return ENDPOINT_SCOPES.get(endpoint, ADMIN)
+
+
+def authenticate(config: Config, store: Any, authorization: str) -> Principal:
+    if not config.api.auth:
+        return ANONYMOUS
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise AuthError("missing bearer token", {"header": "Authorization"})
+    # Compare against every config token so timing does not reveal which one nearly
+    # matched.
+    matched = None
+    for index, candidate in enumerate(config.api.tokens):
+        if hmac.compare_digest(candidate.encode(), token.encode("utf-8", "surrogatepass")):
+            matched = index
+    if matched is not None:
+        return Principal(f"config token #{matched + 1}", ALL_SCOPES)
+    verdict = store.tokens.authenticate(token)
+    if verdict.token is None:
+        reason = {"revoked": "token revoked", "expired": "token expired"}
+        raise AuthError(reason.get(verdict.reason or "", "invalid token"),
+                        {"header": "Authorization"})
+    return Principal(verdict.token.name, frozenset(verdict.token.scopes), verdict.token.id)
+
+
+def authorize(principal: Principal, endpoint: str | None) -> None:
+    scope = required_scope(endpoint)
+    if scope is not None and scope not in principal.scopes:
+        raise Forbidden(f"token {principal.name!r} lacks the {scope!r} scope",
+                        {"required_scope": scope, **principal.describe()})
+
+
+def check_step_types(principal: Principal, spec: Any) -> None:
+    """Shell steps need the ``shell`` scope on top of ``submit``."""
+    if SHELL in principal.scopes:
+        return
+    fields = [{"field": f"steps[{index}].type",
+               "message": f"token {principal.name!r} lacks the 'shell' scope"}
+              for index, step in enumerate(spec.steps) if step.type == "shell"]
+    if fields:
+        raise Forbidden(f"{fields[0]['field']}: shell steps need a token with the 'shell' "
+                        "scope", fields)
+
+
+class SubmitLimiter:
+    """A token bucket per caller: ``rate`` submits a second, bursts up to ``burst``.
+
+    The buckets live in this process: under gunicorn each worker has its own, so the
+    effective limit of a node is ``api.workers`` times the configured one.
+    """
+
+    def __init__(self, rate: float, burst: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.burst = rate, burst
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def wait_time(self, key: str) -> float:
+        """Take one submit from ``key``'s bucket: 0 when allowed, else the seconds
+        until one is available (nothing is taken then)."""
+        with self._lock:
+            now = self._clock()
+            tokens, last = self._buckets.get(key, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            if tokens >= 1.0:
+                self._buckets[key] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[key] = (tokens, now)
+            return (1.0 - tokens) / self.rate
+
+    def check(self, principal: Principal) -> None:
+        wait = self.wait_time(principal.key)
+        if wait > 0:
+            retry_after = max(1, math.ceil(wait))
+            raise RateLimited(
+                f"token {principal.name!r} submits faster than api.submit_rate "
+                f"({self.rate:g}/s, burst {self.burst}); retry after {retry_after} s",
+                retry_after, {**principal.describe(), "retry_after": retry_after})

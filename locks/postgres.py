@@ -47,7 +47,7 @@ def libpq_params(url: str) -> dict[str, Any]:
 class PostgresLease(Lease):
     def __init__(self, key: str, backend: PostgresLockBackend,
                  next_fence: Callable[[str, str], int], holder: str) -> None:
-        super().__init__(key, lambda: next_fence(key, holder))
+        super().__init__(key, lambda: backend._confirm(self, next_fence(key, holder)))
         self._backend = backend
 
     def _release(self) -> None:
@@ -151,6 +151,24 @@ class PostgresLockBackend(LockBackend):
             if not blocking or (deadline is not None and time.monotonic() >= deadline):
                 return None
             time.sleep(RETRY_INTERVAL)
+
+    def _confirm(self, lease: PostgresLease, fence: int) -> int:
+        """``fence`` was just drawn from the store. It may count only if this session
+        held the lock all along, which a round trip on the lock connection after the
+        draw proves (a session advisory lock ends only with an unlock or the session).
+        A holder stalled between acquiring and drawing may have lost the lock meanwhile
+        and another node may have taken it and drawn a smaller fence: then the failed
+        round trip marks the lease lost, and callers check ``is_valid()`` after the
+        draw before claiming anything under it."""
+        try:
+            self._query("SELECT 1")
+        except LockError:
+            pass  # the session is gone, and with it every lease of it, this one included
+        with self._mutex:
+            held = self._leases.get(lease.key) is lease
+        if not held:
+            lease.mark_lost("the lock session ended before the fence was drawn")
+        return fence
 
     def _unlock(self, lease: PostgresLease) -> None:
         with self._mutex:

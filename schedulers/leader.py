@@ -16,7 +16,7 @@ import threading
 from jobserver.config import SchedulerMode
 from locks.base import Lease
 from jobserver.events import NodeEvent
-from schedulers.base import Scheduler, Ticker
+from schedulers.base import Scheduler, Ticker, presence_key
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +117,13 @@ class LeaderScheduler(Scheduler):
     def _free_slots(self) -> dict[str, int]:
         dead_after = self.ctx.config.server.dead_after
         load = self.ctx.store.runs.load_by_node()
+        # A node whose presence lock is free is dead even while its last heartbeat is
+        # fresh: assigning to it would strand the jobs until the heartbeat goes stale.
         return {server.id: server.capacity - load.get(server.id, 0)
                 for server in self.ctx.store.servers.list()
-                if server.state == "alive" and server.heartbeat_age <= dead_after}
+                if server.state == "alive" and server.heartbeat_age <= dead_after
+                and (server.id == self.ctx.node_id
+                     or self.ctx.locks.is_held(presence_key(server.id)) is not False)}
 
     def _start_assigned(self) -> int:
         room = self.room()

@@ -56,7 +56,8 @@ class SingleScheduler(Scheduler):
             try:
                 if rescue.due():
                     self.rescue_orphans()
-                claimed = self.dispatch(lease)
+                # SUSPENDED (ZooKeeper): claim nothing new until the session is certain.
+                claimed = self.dispatch(lease) if self.ctx.locks.can_claim() else 0
             except Exception:
                 self.pause_after_error("scheduling")
                 continue

@@ -19,13 +19,21 @@ from jobserver.store.models import UTCDateTime
 READONLY = "jobserver_readonly"
 
 
-def make_engine(url: str, pool_size: int = 5) -> Engine:
+def make_engine(url: str, pool_size: int = 5, stall_timeout: float | None = None) -> Engine:
+    """``stall_timeout`` (PostgreSQL): end a transaction left idle that long. A node
+    stopped inside a transaction (SIGSTOP, a long pause) would otherwise keep its row
+    locks, and the node taking over from it would block on them until it woke."""
     if url.startswith("sqlite"):
         return _sqlite_engine(url)
     if url.startswith("postgresql"):
         _require_psycopg()
+        connect_args = {}
+        if stall_timeout:
+            connect_args["options"] = ("-c idle_in_transaction_session_timeout="
+                                       f"{max(1, int(stall_timeout * 1000))}")
         return create_engine(url, pool_size=pool_size, max_overflow=pool_size,
-                             pool_pre_ping=True, pool_recycle=1800)
+                             pool_pre_ping=True, pool_recycle=1800,
+                             connect_args=connect_args)
     return create_engine(url)
 
 

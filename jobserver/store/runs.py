@@ -51,7 +51,13 @@ def ready_candidates(node: str, limit: int, dialect: str, job_ids: list[int] | N
     if job_ids is not None:
         query = query.where(jobs.c.id.in_(job_ids))
     if dialect == "postgresql":
-        return query.with_for_update(skip_locked=True)
+        # Locked and limited once, in a materialized CTE. As a plain ``IN (subquery)``
+        # PostgreSQL may rescan the subquery for every outer row, and each rescan's
+        # LIMIT window slides past the rows this very UPDATE already changed, so one
+        # claim took every READY job instead of ``limit``.
+        locked = (query.with_for_update(skip_locked=True).cte("candidates")
+                  .prefix_with("MATERIALIZED"))
+        return select(locked.c.id)
     return query
 
 

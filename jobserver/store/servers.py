@@ -52,10 +52,13 @@ class ServerRepository:
         return [ServerRecord.from_row(row) for row in rows]
 
     def nodes_running_jobs(self) -> set[str]:
-        """Nodes that own at least one RUNNING job (candidates for orphan checks)."""
+        """Nodes that own at least one RUNNING job, or (leader mode) a READY job assigned
+        to them: the candidates for orphan checks. A node that died holding only
+        assignments would otherwise keep them forever."""
         with self._tx.read() as conn:
             rows = conn.execute(select(jobs.c.node).distinct()
-                                .where(jobs.c.state == State.RUNNING.value,
+                                .where(jobs.c.state.in_([State.RUNNING.value,
+                                                         State.READY.value]),
                                        jobs.c.node.is_not(None)))
             return {row[0] for row in rows}
 

@@ -89,6 +89,7 @@ class LeaderScheduler(Scheduler):
         log.info("node %s is the leader (fence %s)", self.ctx.node_id, lease.fence)
         lease.on_lost(lambda _lease: self.ctx.wake.set())
         self.lease = lease
+        self.ctx.wake.set()  # assign at once rather than at the work loop's next poll
         self.publish(NodeEvent("became_active", self.ctx.node_id))
         self._announce_role("active")
         while not self.ctx.stopping.is_set() and lease.is_valid():

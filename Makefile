@@ -24,5 +24,11 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m 'not slow and not chaos' $(PYTEST_ARGS)
 
+## The benchmark (bench/): every scenario, tables on stdout, JSON in bench/results/.
+## BENCH_ARGS='--smoke' for the 10-second-per-scenario version, '--only latency' etc.
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .jobserver .pytest_cache

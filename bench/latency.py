@@ -1,0 +1,155 @@
+"""Scenario 2 — submit-to-start latency over the HTTP API.
+
+Start is the first instruction of the step body (``bench.stamp`` stamps
+``time.time()``); submit is the client's clock just before the POST is sent, so the
+figure includes the API's insert and commit. Both clocks are this machine's.
+
+* idle: one node, jobs POSTed one at a time with a random 20–60 ms gap (the node is
+  idle at each submit);
+* load: the same node, jobs POSTed open-loop at 80 % of the peak throughput measured
+  by scenario 1 (or ``rate``), from a few keep-alive client threads.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+from bench.common import (ApiClient, Cluster, Options, latency_summary, loadavg, log,
+                          stamp_job, stamps, store_for, wait_all_done, write_result)
+
+#: Submit rates under load, as fractions of the measured 1-node drain rate.
+LOAD_FRACTIONS = [0.8]
+
+#: (label, store, lock, notify, poll_interval)
+CONFIGS = [
+    ("postgres notify", "postgres", "postgres", True, 1.0),
+    ("postgres poll 100ms", "postgres", "postgres", False, 0.1),
+    ("sqlite poll 100ms", "sqlite", "file", False, 0.1),
+]
+
+
+def submit_idle(port: int, count: int) -> list[tuple[int, float]]:
+    client = ApiClient(port)
+    sent = []
+    try:
+        for _ in range(count):
+            sent.append(client.submit(stamp_job()))
+            time.sleep(random.uniform(0.02, 0.06))
+    finally:
+        client.close()
+    return sent
+
+
+def submit_open_loop(port: int, count: int, rate: float,
+                     threads: int = 4) -> tuple[list[tuple[int, float]], float]:
+    """POST ``count`` jobs, job i due at start + i/rate; returns (sent, achieved rate)."""
+    sent: list[tuple[int, float]] = []
+    lock = threading.Lock()
+    counter = iter(range(count))
+    start = time.monotonic() + 0.2
+
+    def worker() -> None:
+        client = ApiClient(port)
+        try:
+            while True:
+                with lock:
+                    i = next(counter, None)
+                if i is None:
+                    return
+                delay = start + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                result = client.submit(stamp_job())
+                with lock:
+                    sent.append(result)
+        finally:
+            client.close()
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    elapsed = time.monotonic() - start
+    return sent, count / elapsed
+
+
+def measure(url: str, sent: list[tuple[int, float]], timeout: float) -> dict[str, Any]:
+    first = min(job_id for job_id, _ in sent)
+    wait_all_done(url, len(sent), timeout, min_id=first)
+    started = stamps(url, [job_id for job_id, _ in sent])
+    latencies = [started[job_id] - at for job_id, at in sent if job_id in started]
+    summary = latency_summary(latencies)
+    summary["missing"] = len(sent) - len(latencies)
+    summary["split_p50_ms"] = split(url, sent, started)
+    return summary
+
+
+def split(url: str, sent: list[tuple[int, float]], started: dict[int, float]) -> dict:
+    """Median of each leg (same host clock): POST sent -> row inserted (``created_at``),
+    inserted -> claimed (``started_at``), claimed -> step body's first instruction."""
+    from sqlalchemy import text
+
+    from bench.common import epoch_seconds, percentile, poll_engine
+
+    ids = [job_id for job_id, _ in sent]
+    with poll_engine(url).connect() as conn:
+        rows = {r[0]: (epoch_seconds(r[1]), epoch_seconds(r[2])) for r in conn.execute(text(
+            "SELECT id, created_at, started_at FROM jobs WHERE id IN "
+            f"({', '.join(str(i) for i in ids)}) AND started_at IS NOT NULL"))}
+    legs: dict[str, list[float]] = {"api_insert": [], "wake_claim": [], "claim_to_step": []}
+    for job_id, at in sent:
+        if job_id in rows and job_id in started:
+            created, claimed = rows[job_id]
+            legs["api_insert"].append((created - at) * 1000)
+            legs["wake_claim"].append((claimed - created) * 1000)
+            legs["claim_to_step"].append((started[job_id] - claimed) * 1000)
+    return {leg: round(percentile(v, 50), 2) if v else None for leg, v in legs.items()}
+
+
+def run_config(opts: Options, label: str, store: str, lock: str, notify: bool, poll: float,
+               count: int, peak_rate: float | None) -> list[dict[str, Any]]:
+    work = opts.work_dir / f"lat-{store}-{'notify' if notify else 'poll'}"
+    rows = []
+    with store_for(store, work) as url, Cluster(
+            work, url, lock, "single", SCHEDULER__NOTIFY=str(notify).lower(),
+            SCHEDULER__POLL_INTERVAL=poll) as cluster:
+        cluster.start("n1")
+        cluster.wait_registered(api=True)
+        time.sleep(1.0)  # let the node settle (scheduler active, LISTEN connected)
+        submit_idle(cluster.port, 5)  # warm the API workers' connections
+        time.sleep(0.5)
+        sent = submit_idle(cluster.port, count)
+        row = {"config": label, "load": "idle", "target_rate": None,
+               "achieved_rate": None, **measure(url, sent, 60), "load1": loadavg()}
+        rows.append(row)
+        log(f"latency {label} idle: p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms")
+        for fraction in (LOAD_FRACTIONS if peak_rate else []):
+            rate = fraction * peak_rate
+            time.sleep(2.0)  # the previous run drained
+            n = max(count, int(rate * opts.scale(10, 2)))
+            sent, achieved = submit_open_loop(cluster.port, n, rate)
+            row = {"config": label, "load": f"{fraction:.0%} of peak",
+                   "target_rate": round(rate, 1), "achieved_rate": round(achieved, 1),
+                   **measure(url, sent, 120), "load1": loadavg()}
+            rows.append(row)
+            log(f"latency {label} at {achieved:.0f}/s: p50 {row['p50_ms']} ms "
+                f"p99 {row['p99_ms']} ms")
+    return rows
+
+
+def run(opts: Options, peak: dict[str, float]) -> list[dict]:
+    """``peak``: store -> measured 1-node single-mode jobs/s (for the 80 % runs)."""
+    count = opts.scale(500, 10)
+    rows = []
+    for label, store, lock, notify, poll in CONFIGS:
+        if opts.smoke and label == "postgres poll 100ms":
+            continue
+        rate = peak.get(store)
+        rows += run_config(opts, label, store, lock, notify, poll, count, rate)
+    write_result("latency", opts, rows, {"jobs_per_run": count, "peak_used": peak,
+                                         "load_fractions": LOAD_FRACTIONS})
+    return rows

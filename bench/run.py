@@ -1,0 +1,225 @@
+"""The benchmark's one entry point: ``make bench`` = ``python -m bench``.
+
+    python -m bench                       every scenario, full size (long: see RESULTS.md)
+    python -m bench --smoke               every scenario, tiny counts (~a few minutes)
+    python -m bench --only throughput,latency
+    python -m bench --only failover --trials 10
+
+Each scenario prints a table and writes ``bench/results/<scenario>[-smoke].json``;
+``summary`` puts our figures beside the issue's targets and the peers' ratios. Timing
+is never asserted: a benchmark is not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS_DIR, Options, log, write_result
+
+SCENARIOS = ["floor", "throughput", "latency", "footprint", "failover", "backlog", "peers",
+             "profile"]
+NEEDS_ZK = {"throughput", "failover", "profile"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny counts; keeps the harness "
+                        "working, measures nothing")
+    parser.add_argument("--only", help="comma-separated scenarios: " + ",".join(SCENARIOS))
+    parser.add_argument("--skip", help="comma-separated scenarios to leave out")
+    parser.add_argument("--trials", type=int, help="failover trials per configuration")
+    parser.add_argument("--sizes", help="backlog sizes, e.g. 1000,100000,1000000")
+    parser.add_argument("--configs", help="throughput: only store/lock/mode/nodes items, "
+                        "e.g. postgres/postgres/single/1")
+    parser.add_argument("--load-fractions", help="latency under load at these fractions of "
+                        "the measured peak (default 0.8), e.g. 0.8,0.4")
+    parser.add_argument("--node-setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="throughput only: extra JOBSERVER_KEY=VALUE for the nodes, e.g. "
+                        "SCHEDULER__MAX_CONCURRENT_JOBS=64 (results go to their own file)")
+    parser.add_argument("--no-zookeeper", action="store_true")
+    parser.add_argument("--no-profile", action="store_true", help="skip py-spy")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    return parser
+
+
+def _zookeeper(work: Path):
+    try:
+        from tests import zkserver
+    except ImportError:
+        return None, "tests.zkserver is not importable (run from the repository root)"
+    reason = zkserver.available()
+    if reason:
+        return None, reason
+    server = zkserver.ZooKeeperServer(work / "zookeeper")
+    server.start()
+    return server, None
+
+
+def _load(name: str, smoke: bool) -> dict[str, Any] | None:
+    path = RESULTS_DIR / f"{name}{'-smoke' if smoke else ''}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _peak(smoke: bool) -> dict[str, float]:
+    """1-node single-mode jobs/s per store, for the latency runs at 80 % of peak."""
+    data = _load("throughput", smoke)
+    peak: dict[str, float] = {}
+    for row in (data or {}).get("rows", []):
+        if row["mode"] == "single" and row["nodes"] == 1 and row["lock"] in ("file", "postgres"):
+            peak[row["store"]] = row["jobs_per_s"]
+    return peak
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    chosen = args.only.split(",") if args.only else list(SCENARIOS)
+    chosen = [s for s in chosen if s not in set((args.skip or "").split(","))]
+    unknown = set(chosen) - set(SCENARIOS)
+    if unknown:
+        print(f"unknown scenario(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="bench-"))
+    opts = Options(smoke=args.smoke, work_dir=work, profile=not args.no_profile,
+                   node_settings=dict(item.split("=", 1) for item in args.node_setting),
+                   command="python -m bench " + " ".join(argv if argv is not None
+                                                         else sys.argv[1:]))
+    zk, zk_hosts = None, None
+    if NEEDS_ZK & set(chosen) and not args.no_zookeeper:
+        zk, reason = _zookeeper(work)
+        if zk is None:
+            log(f"ZooKeeper not available ({reason}): zookeeper rows are left out")
+        else:
+            zk_hosts = zk.hosts
+    began = time.monotonic()
+    try:
+        for name in chosen:
+            log(f"--- {name}")
+            started = time.monotonic()
+            if name == "floor":
+                from bench import floor
+                floor.run(opts)
+            elif name == "throughput":
+                from bench import throughput
+                throughput.run(opts, zk_hosts,
+                               set(args.configs.split(",")) if args.configs else None)
+            elif name == "latency":
+                from bench import latency
+                if args.load_fractions:
+                    latency.LOAD_FRACTIONS = [float(f) for f in args.load_fractions.split(",")]
+                latency.run(opts, _peak(opts.smoke))
+            elif name == "footprint":
+                from bench import footprint
+                footprint.run(opts)
+            elif name == "failover":
+                from bench import failover
+                failover.run(opts, zk_hosts, args.trials)
+            elif name == "backlog":
+                from bench import backlog
+                backlog.run(opts, [int(s) for s in args.sizes.split(",")] if args.sizes
+                            else None)
+            elif name == "peers":
+                from bench.peers import scenarios
+                scenarios.run(opts)
+            elif name == "profile":
+                from bench import profile
+                profile.run(opts, zk_hosts)
+            log(f"--- {name} took {time.monotonic() - started:.0f} s")
+        summary(opts)
+    finally:
+        if zk is not None:
+            zk.stop()
+        if args.keep:
+            log(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    log(f"bench done in {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def summary(opts: Options) -> list[dict[str, Any]]:
+    """Our figures beside the issue's targets, from the JSON files present."""
+    rows: list[dict[str, Any]] = []
+    tp = {(r["store"], r["lock"], r["mode"], r["nodes"]): r["jobs_per_s"]
+          for r in (_load("throughput", opts.smoke) or {}).get("rows", [])}
+    peers = (_load("peers_throughput", opts.smoke) or {}).get("rows", [])
+    celery_best = max((r["jobs_per_s"] or 0 for r in peers
+                       if r["peer"] == "celery" and r["workers"] == 1), default=None)
+    procr = next((r["jobs_per_s"] for r in peers
+                  if r["peer"] == "procrastinate" and r["workers"] == 1), None)
+    floor = next((r["tps"] for r in (_load("floor", opts.smoke) or {}).get("rows", [])
+                  if r["clients"] == 10), None)
+
+    def add(what: str, value: Any, target: str, met: bool | None, **extra: Any) -> None:
+        rows.append({"figure": what, "value": value, "target": target,
+                     "met": None if met is None else ("yes" if met else "NO"), **extra})
+
+    pg1 = tp.get(("postgres", "postgres", "single", 1))
+    if pg1:
+        add("throughput PG 1 node (single) jobs/s", pg1, ">= 3000", pg1 >= 3000,
+            vs_celery=_ratio(pg1, celery_best), vs_procrastinate=_ratio(pg1, procr),
+            vs_pgbench=_ratio(pg1, floor))
+        if celery_best:
+            add("throughput PG 1 node / Celery", _ratio(pg1, celery_best), ">= 5x",
+                pg1 >= 5 * celery_best)
+    pg3 = tp.get(("postgres", "postgres", "distributed", 3))
+    pgd1 = tp.get(("postgres", "postgres", "distributed", 1))
+    if pg3 and pgd1:
+        add("throughput PG distributed 3 nodes / 1 node", _ratio(pg3, pgd1), ">= 1.0",
+            pg3 >= pgd1)
+    sq = tp.get(("sqlite", "file", "single", 1))
+    if sq:
+        add("throughput SQLite 1 node jobs/s", sq, ">= 2000", sq >= 2000)
+    for row in (_load("latency", opts.smoke) or {}).get("rows", []):
+        if row["config"] == "postgres notify" and row["load"] == "idle":
+            add("latency NOTIFY p50 ms", row["p50_ms"], "<= 3", _le(row["p50_ms"], 3))
+            add("latency NOTIFY p99 ms", row["p99_ms"], "<= 10", _le(row["p99_ms"], 10))
+        if row["config"] == "postgres poll 100ms" and row["load"] == "idle":
+            add("latency polling 100 ms p50 ms", row["p50_ms"], "<= 60", _le(row["p50_ms"], 60))
+    limits = {"file": ("<= poll + 1 s = 2 s", 2.0), "postgres": ("<= 2 s", 2.0),
+              "zookeeper": ("<= session + 1 s = 5 s", 5.0)}
+    for row in (_load("failover", opts.smoke) or {}).get("rows", []):
+        text, limit = limits[row["lock"]]
+        add(f"failover {row['lock']} {row['mode']} max s", row["max_s"], text,
+            _le(row["max_s"], limit), p50_s=row["p50_s"])
+    backlog = (_load("backlog", opts.smoke) or {}).get("rows", [])
+    for mix in ("finished", "ready"):
+        mine = [r for r in backlog if r["mix"] == mix]
+        if len(mine) > 1 and mine[-1].get("rate_vs_smallest"):
+            add(f"backlog {mix}: {mine[-1]['jobs_in_table']:,} vs {mine[0]['jobs_in_table']:,}"
+                " claim rate", mine[-1]["rate_vs_smallest"], ">= 0.9",
+                mine[-1]["rate_vs_smallest"] >= 0.9)
+    for row in (_load("footprint", opts.smoke) or {}).get("rows", []):
+        if row["state"] == "idle":
+            add(f"idle node RSS MB ({row['store']})", row["node_rss_mb"], "<= 120",
+                row["node_rss_mb"] <= 120, api_rss_mb=row["api_rss_mb"])
+    if rows:
+        write_result("summary", opts, rows)
+        if not opts.smoke:  # the figures RESULTS.md compares the next run against
+            path = RESULTS_DIR / "history.jsonl"
+            lines = path.read_text().splitlines() if path.exists() else []
+            last = json.loads(lines[-1])["rows"] if lines else None
+            if rows != last:  # only when a figure changed
+                with open(path, "a") as history:
+                    history.write(json.dumps({"command": opts.command, "rows": rows,
+                                              "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                                  + "\n")
+    return rows
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
+def _le(value: float | None, limit: float) -> bool | None:
+    return None if value is None else value <= limit
+
+
+if __name__ == "__main__":
+    sys.exit(main())

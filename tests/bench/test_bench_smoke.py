@@ -1,0 +1,56 @@
+"""The benchmark harness still works: its smoke mode runs and writes well-formed JSON.
+
+A benchmark is not a test: nothing here asserts a timing. It runs ``python -m bench
+--smoke`` for the scenarios that need only PostgreSQL and SQLite (no ZooKeeper, no
+peers, no py-spy) with results in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ["floor", "throughput", "latency", "footprint", "backlog", "profile"]
+ROW_KEYS = {
+    "floor": {"clients", "tps"},
+    "throughput": {"store", "lock", "mode", "nodes", "jobs", "done", "jobs_per_s"},
+    "latency": {"config", "load", "n", "p50_ms", "p95_ms", "p99_ms"},
+    "footprint": {"store", "state", "node_rss_mb", "api_rss_mb"},
+    "backlog": {"mix", "jobs_in_table", "claim_rate", "p50_ms"},
+    "profile": {"store", "mode", "statements_per_job", "commits_per_job"},
+}
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+
+def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
+    # pg_url proves a PostgreSQL server answers (or skips loudly / fails in CI).
+    results = tmp_path / "results"
+    env = dict(os.environ, BENCH_RESULTS=str(results))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--no-zookeeper", "--no-profile",
+         "--only", ",".join(SCENARIOS)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in SCENARIOS:
+        path = results / f"{name}-smoke.json"
+        assert path.exists(), f"{path.name} missing; output:\n{proc.stdout[-2000:]}"
+        document = json.loads(path.read_text())
+        assert document["scenario"] == name and document["smoke"] is True
+        assert document["command"].startswith("python -m bench")
+        assert document["machine"]["nproc"] >= 1
+        assert document["rows"], f"{name}: no rows"
+        for row in document["rows"]:
+            missing = ROW_KEYS[name] - set(row)
+            assert not missing, f"{name}: row without {missing}: {row}"
+    throughput = json.loads((results / "throughput-smoke.json").read_text())["rows"]
+    assert all(row["errors"] == 0 for row in throughput)
+    profile = json.loads((results / "profile-smoke.json").read_text())
+    assert all(c["statements"] for c in profile["statement_detail"])
+    assert (results / "summary-smoke.json").exists()

@@ -11,9 +11,11 @@ unless the ensemble uses TLS.
 
 Session states follow kazoo's advice: SUSPENDED (connection lost, the session may
 survive) stops new claims but keeps leases; LOST (session expired) marks every lease
-lost at once. The state listener only flips flags and calls the lost callbacks; it
-never calls ZooKeeper (kazoo issue 381). After a LOST the client reconnects with a new
-session and schedulers acquire afresh.
+lost at once, and so does a suspension longer than ``LOCAL_EXPIRY`` of the session
+timeout, since a cut-off client hears of its expiry only when it reconnects. The state
+listener only flips flags, starts a timer and calls the lost callbacks; it never calls
+ZooKeeper (kazoo issue 381). After a LOST the client reconnects with a new session and
+schedulers acquire afresh.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ from jobserver.exceptions import LockError
 from locks.base import Lease, LockBackend
 
 log = logging.getLogger(__name__)
+
+#: The share of the session timeout after which a suspended session counts as lost
+#: locally. A dropped connection is reported at once, about a whole timeout before the
+#: server can expire the session, so this leaves a third of it to stop the jobs; a
+#: silent one is reported only after kazoo's read timeout (two thirds), so there this
+#: narrows the window in which another node holds our locks but does not close it.
+LOCAL_EXPIRY = 2 / 3
 
 
 def digest_acl_options(auth: str | None) -> dict[str, Any]:
@@ -78,6 +87,8 @@ class ZooKeeperLockBackend(LockBackend):
                                    **digest_acl_options(auth))
         self._leases: dict[str, ZooKeeperLease] = {}
         self._abandoned: list[Any] = []  # failed acquisitions to clean up (see _abandon)
+        self._session_timeout = session_timeout
+        self._expiry_timer: threading.Timer | None = None
         self._mutex = threading.Lock()
         self._connected = threading.Event()
         self._client.add_listener(self._on_state)
@@ -95,16 +106,50 @@ class ZooKeeperLockBackend(LockBackend):
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
             self._connected.set()
+            self._stop_expiry_timer()
             return
         self._connected.clear()
         if state == KazooState.LOST:
-            with self._mutex:
-                leases = list(self._leases.values())
-                self._leases.clear()
-            for lease in leases:
-                lease.mark_lost("ZooKeeper session expired")
+            self._stop_expiry_timer()
+            self._lose_all("ZooKeeper session expired")
         else:
             log.warning("ZooKeeper connection suspended: claims pause until it returns")
+            self._start_expiry_timer()
+
+    def _start_expiry_timer(self) -> None:
+        """A client cut off from ZooKeeper only learns that its session expired when it
+        reconnects; meanwhile the server frees its locks and other nodes take them. So
+        a suspension that lasts ``LOCAL_EXPIRY`` of the session timeout counts as LOST
+        here and now (as in Curator), and jobs run under those locks are stopped."""
+        with self._mutex:
+            if self._expiry_timer is None:
+                self._expiry_timer = threading.Timer(
+                    self._session_timeout * LOCAL_EXPIRY, self._suspended_too_long)
+                self._expiry_timer.daemon = True
+                self._expiry_timer.start()
+
+    def _stop_expiry_timer(self) -> None:
+        with self._mutex:
+            timer, self._expiry_timer = self._expiry_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _suspended_too_long(self) -> None:
+        with self._mutex:
+            self._expiry_timer = None
+        if not self._connected.is_set():
+            seconds = self._session_timeout * LOCAL_EXPIRY
+            self._lose_all(f"no word from ZooKeeper for {seconds:.1f} s: "
+                           "the session may have expired")
+
+    def _lose_all(self, reason: str) -> None:
+        with self._mutex:
+            leases = list(self._leases.values())
+            self._leases.clear()
+            # If the session survives after all, their nodes must go (see _abandon).
+            self._abandoned.extend(lease._lock for lease in leases)
+        for lease in leases:
+            lease.mark_lost(reason)
 
     def can_claim(self) -> bool:
         return self._connected.is_set()
@@ -207,6 +252,7 @@ class ZooKeeperLockBackend(LockBackend):
             return 0
 
     def close(self) -> None:
+        self._stop_expiry_timer()
         with self._mutex:
             leases = list(self._leases.values())
         for lease in leases:

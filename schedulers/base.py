@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from jobserver.config import Config, SchedulerMode
 from jobserver.events import NodeEvent, StateChange
+from jobserver.exceptions import LockError
 from jobserver.logs import job_fields
 from jobserver.states import State
 from jobserver.runner import Runner
@@ -133,7 +134,10 @@ class Scheduler(ABC):
         already; ZooKeeper's ``czxid`` is written here before any claim relies on it.
         """
         if self.ctx.locks.fences_from_store:
-            lease.fence  # noqa: B018 - draws (and so records) the fence
+            try:
+                lease.fence  # noqa: B018 - draws (and so records) the fence
+            except LockError:
+                return False  # lost before its fence could be drawn
             return lease.is_valid()  # not lost before the draw (see PostgresLease)
         return self.ctx.store.epochs.advance(lease.key, lease.fence, self.ctx.node_id)
 

@@ -39,7 +39,7 @@ class SingleScheduler(Scheduler):
             finally:
                 self.active = False
                 lease.release()
-                log.info("released the global lock (fence %s)", lease.fence)
+                log.info("released the global lock: %r", lease)
 
     def _schedule(self, lease: Lease) -> None:
         if not self.record_lease(lease):

@@ -7,6 +7,8 @@ PostgreSQL tests skip with a loud reason when no server answers, except in CI
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from pathlib import Path
 import uuid
 from collections.abc import Iterator
 
@@ -93,12 +95,26 @@ def store_url(store: Store) -> str:
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory):
     """A ZooKeeper server for this test run (or ``JOBSERVER_TEST_ZK`` if set)."""
-    from tests import zkserver
-
     external = os.environ.get("JOBSERVER_TEST_ZK")
     if external:
         yield external
         return
+    with started_zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
+        yield server.hosts
+
+
+@pytest.fixture
+def store_on_postgres(pg_store_session: Store) -> Store:
+    _empty(pg_store_session)
+    return pg_store_session
+
+
+@contextmanager
+def started_zookeeper(directory: Path):
+    """A ZooKeeper server from Debian's package in ``directory``, stopped afterwards;
+    a missing package or kazoo skips loudly (fails in CI)."""
+    from tests import zkserver
+
     try:
         import kazoo  # noqa: F401
     except ImportError:
@@ -106,15 +122,9 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory):
     reason = zkserver.available()
     if reason:
         missing_service(f"cannot start ZooKeeper: {reason}")
-    server = zkserver.ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server = zkserver.ZooKeeperServer(directory)
     server.start()
     try:
-        yield server.hosts
+        yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-def store_on_postgres(pg_store_session: Store) -> Store:
-    _empty(pg_store_session)
-    return pg_store_session

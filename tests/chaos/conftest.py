@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.cluster import Backend
-from tests.conftest import _empty, missing_service
+from tests.conftest import _empty, started_zookeeper
 from tests.integration.nodes import Harness
 
 
@@ -38,18 +38,5 @@ def make_backend(request: pytest.FixtureRequest, lock: str,
 @pytest.fixture
 def own_zookeeper(tmp_path: Path):
     """A ZooKeeper server for this test alone: it may be stopped and restarted."""
-    from tests import zkserver
-
-    try:
-        import kazoo  # noqa: F401
-    except ImportError:
-        missing_service("kazoo is not installed")
-    reason = zkserver.available()
-    if reason:
-        missing_service(f"cannot start ZooKeeper: {reason}")
-    server = zkserver.ZooKeeperServer(tmp_path / "zookeeper")
-    server.start()
-    try:
+    with started_zookeeper(tmp_path / "zookeeper") as server:
         yield server
-    finally:
-        server.stop()

@@ -6,6 +6,7 @@ Nothing outside ``jobserver.store`` sees a SQLAlchemy row or session.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -13,9 +14,16 @@ from typing import Any
 from jobserver.states import State
 
 
+@functools.cache
+def _init_fields(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.init)
+
+
 def _from_mapping(cls: type, mapping: Any, **extra: Any) -> Any:
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    values = {name: mapping[name] for name in names if name in mapping}
+    # Built for every claimed job and step: iterate the row once rather than probing
+    # it for each field.
+    names = _init_fields(cls)
+    values = {name: value for name, value in mapping.items() if name in names}
     values.update(extra)
     return cls(**values)
 

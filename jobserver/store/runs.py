@@ -16,6 +16,7 @@ from sqlalchemy import Connection, and_, exists, func, or_, select, update
 
 from jobserver.exceptions import FencedOff
 from jobserver.states import State
+from jobserver.store import batch
 from jobserver.store.engine import store_now
 from jobserver.store.epochs import is_current
 from jobserver.store.records import (ClaimToken, Completion, JobRecord, StepOutcome,
@@ -109,7 +110,7 @@ class RunRepository:
 
     def _start(self, statement: Any, node: str) -> list[JobRecord]:
         with self._tx.write() as conn:
-            rows = conn.execute(statement.returning(*jobs.c)).mappings().all()
+            rows = conn.execute(statement.returning(*jobs.c)).all()
             if not rows:
                 return []
             claimed = self._with_steps(conn, rows)
@@ -146,12 +147,10 @@ class RunRepository:
 
     @staticmethod
     def _with_steps(conn: Connection, rows: list[Any]) -> list[JobRecord]:
-        ids = [row["id"] for row in rows]
-        by_job: dict[int, list[StepRecord]] = {job_id: [] for job_id in ids}
-        for step in conn.execute(select(steps).where(steps.c.job_id.in_(ids))
-                                 .order_by(steps.c.job_id, steps.c.position)).mappings():
-            by_job[step["job_id"]].append(StepRecord.from_row(step))
-        records = [JobRecord.from_row(row, steps=by_job[row["id"]]) for row in rows]
+        by_job: dict[int, list[StepRecord]] = {row.id: [] for row in rows}
+        for step in batch.steps_of(conn, list(by_job)):
+            by_job[step.job_id].append(StepRecord.from_row(step._mapping))
+        records = [JobRecord.from_row(row._mapping, steps=by_job[row.id]) for row in rows]
         return sorted(records, key=lambda job: (-job.priority, job.id))
 
     # -- steps ------------------------------------------------------------------------
@@ -262,16 +261,20 @@ class RunRepository:
         """Group commit: the final writes of many step attempts in one transaction.
 
         Each is the same compare-and-set as :meth:`finish_step` (then
-        :meth:`finish_job` when ``job_state`` is set). Per completion the result is
-        True, False (an operator moved the step or job first) or the
-        :class:`FencedOff` to raise in its execution.
+        :meth:`finish_job` when ``job_state`` is set), written set-based (see
+        :mod:`jobserver.store.batch`). Per completion the result is True, False (an
+        operator moved the step or job first) or the :class:`FencedOff` to raise in
+        its execution.
         """
-        results: list[bool | FencedOff] = []
-        events: list[dict[str, Any]] = []
+        if not completions:
+            return []
         with self._tx.write() as conn:
-            for completion in completions:
-                results.append(_complete_one(conn, completion, events))
-            record_events(conn, events)
+            written = batch.complete(conn, completions)
+            results: list[bool | FencedOff] = []
+            for index, completion in enumerate(completions):
+                done = index in (written.jobs if completion.job_state else written.steps)
+                results.append(True if done else
+                               (_refusal_error(conn, completion.token) or False))
         return results
 
     @staticmethod
@@ -295,31 +298,6 @@ def _refusal_error(conn: Connection, token: ClaimToken) -> FencedOff | None:
                      f"the job now belongs to {owner}")
 
 
-def _complete_one(conn: Connection, completion: Completion,
-                  events: list[dict[str, Any]]) -> bool | FencedOff:
-    token, step, outcome = completion.token, completion.step, completion.outcome
-    written = conn.execute(
-        update(steps).where(steps.c.id == step.id, steps.c.state == State.RUNNING.value,
-                            exists().where(_owned(token)))
-        .values(finished_at=store_now(), **outcome.columns())).rowcount
-    if not written:
-        return _refusal_error(conn, token) or False
-    events.append(_step_event(token, step.name, State.RUNNING, outcome.state,
-                              completion.attempt, completion.note or outcome.error))
-    if completion.job_state is None:
-        return True
-    finished = conn.execute(
-        update(jobs).where(_owned(token), jobs.c.state == State.RUNNING.value)
-        .values(state=completion.job_state.value, error=completion.job_error,
-                finished_at=store_now(), updated_at=store_now())).rowcount
-    if not finished:
-        return _refusal_error(conn, token) or False
-    events.append({"job_id": token.job_id, "from_state": State.RUNNING,
-                   "to_state": completion.job_state, "node": token.node, "fence": token.fence,
-                   "attempt": token.attempt, "message": completion.job_error})
-    return True
-
-
 def _start_first_steps(conn: Connection, claimed: list[JobRecord]) -> list[dict[str, Any]]:
     """Start each claimed job's first runnable step in the claim's own transaction,
     saving the runner one write per job. Updates the records in place."""
@@ -332,11 +310,7 @@ def _start_first_steps(conn: Connection, claimed: list[JobRecord]) -> list[dict[
             first[step.id] = (job, step)
     if not first:
         return []
-    started = conn.execute(
-        update(steps).where(steps.c.id.in_(list(first)), steps.c.state == State.READY.value)
-        .values(state=State.RUNNING.value, attempt=steps.c.attempt + 1, started_at=store_now(),
-                finished_at=None, exit_code=None, error=None)
-        .returning(steps.c.id, steps.c.attempt, steps.c.started_at)).all()
+    started = batch.start_steps(conn, list(first))
     events = []
     for step_id, attempt, started_at in started:
         job, step = first[step_id]

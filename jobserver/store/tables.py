@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection
 
-from jobserver.store.engine import store_now
+from jobserver.store import batch
 from jobserver.store.models import (ApiTokenRow, JobEventRow, JobRow, LockEpochRow, ServerRow,
                                     StepRow)
 
@@ -25,8 +25,8 @@ def record_events(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """Append audit rows (one per state change) in the caller's transaction."""
     if not rows:
         return
-    params = [{name: _plain(row.get(name)) for name in _EVENT_FIELDS} for row in rows]
-    conn.execute(insert(events).values(at=store_now()), params)
+    batch.insert_events(conn, [{name: _plain(row.get(name)) for name in _EVENT_FIELDS}
+                               for row in rows])
 
 
 def _plain(value: Any) -> Any:

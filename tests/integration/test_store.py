@@ -133,6 +133,34 @@ def test_group_commit_reports_each_completion(store: Store) -> None:
     assert events[-2:] == [("s1", "RUNNING", "SUCCEED"), (None, "RUNNING", "SUCCEED")]
 
 
+def test_group_commit_keeps_every_outcome_column(store: Store) -> None:
+    """The set-based write carries each step's audit through unchanged: exit code,
+    output (quotes and newlines included), error, timings and metrics."""
+    first, second = submit(store), submit(store)
+    claimed = store.runs.claim("n1", FakeLease(store), 2)
+    outcomes = {first: StepOutcome(State.SUCCEED, exit_code=0, output='say "hi"\n\tok',
+                                   wall_seconds=0.25, cpu_seconds=0.125, peak_rss_kb=2048,
+                                   metrics={"rows": 3, "ratio": 0.5}),
+                second: StepOutcome(State.ERROR, exit_code=2, error="boom: 'x'")}
+    completions = [Completion(job.token(), job.steps[0], 1, outcomes[job.id],
+                              State.SUCCEED if job.id == first else State.ERROR,
+                              None if job.id == first else "step s1 failed: boom")
+                   for job in claimed]
+    assert store.runs.complete(completions) == [True, True]
+    done, failed = store.jobs.get(first), store.jobs.get(second)
+    step = done.steps[0]
+    assert (done.state, step.state, step.exit_code, step.output, step.wall_seconds,
+            step.cpu_seconds, step.peak_rss_kb, step.metrics) == (
+        State.SUCCEED, State.SUCCEED, 0, 'say "hi"\n\tok', 0.25, 0.125, 2048,
+        {"rows": 3, "ratio": 0.5})
+    assert step.finished_at is not None and done.finished_at is not None
+    assert (failed.state, failed.error, failed.steps[0].exit_code,
+            failed.steps[0].error) == (State.ERROR, "step s1 failed: boom", 2, "boom: 'x'")
+    events = [(e.step, e.to_state, e.attempt, e.message) for e in store.jobs.events(second)]
+    assert events[-2:] == [("s1", "ERROR", 1, "boom: 'x'"),
+                           (None, "ERROR", 1, "step s1 failed: boom")]
+
+
 def test_release_puts_job_and_started_steps_back(store: Store) -> None:
     job_id = submit(store, steps=[{"name": "a", "type": "noop"}, {"name": "b", "type": "noop"}])
     job = store.runs.claim("n1", FakeLease(store), 1)[0]

@@ -132,7 +132,7 @@ def test_every_jobserver_variable_is_a_valid_config_key(mode: str) -> None:
         if name in node_services():
             assert config.scheduler.mode.value == {"2": "distributed"}.get(mode, mode)
             assert config.api.tokens == [SECRETS["JOBSERVER_TOKEN"]]
-            assert config.database_url.startswith("postgresql+psycopg2://jobserver:")
+            assert config.database_url.startswith("postgresql://jobserver:")
             assert config.lock.backend == "zookeeper"
 
 

@@ -40,9 +40,14 @@ class Completer:
 
         Raises :class:`FencedOff` when another node owns the job now.
         """
+        return self.submit(completion).result()
+
+    def submit(self, completion: Completion) -> Future[bool]:
+        """Queue ``completion``; its future resolves as :meth:`complete` returns, once
+        the batch holding it is committed. Done-callbacks run in the writer thread."""
         future: Future[bool] = Future()
         self._queue.put((completion, future))
-        return future.result()
+        return future
 
     def stop(self) -> None:
         self._queue.put(None)

@@ -44,6 +44,7 @@ class JobExecution:
         self.job = job
         self._completer = completer
         self._finished = False
+        self._final_write: Future[bool] | None = None
         self.token = job.token()
         self._store = store
         self._bus = bus or EventBus()
@@ -69,7 +70,10 @@ class JobExecution:
             self.requeue = requeue
             self.cancelled.set()
 
-    def run(self) -> None:
+    def run(self) -> Future[bool] | None:
+        """Run the job's steps. Returns the job's final write when it was handed to the
+        group commit and is not committed yet: the job is over when that resolves (its
+        events are published by then). None when the job is over already."""
         try:
             self._run()
         except FencedOff as exc:
@@ -78,7 +82,9 @@ class JobExecution:
             log.exception("job %s failed inside the runner", self.job.id,
                           extra=self._log_extra())
             self.cancel("internal error")
-            self._finish(State.ERROR, f"internal error: {type(exc).__name__}: {exc}")
+            if self._final_write is None:
+                self._finish(State.ERROR, f"internal error: {type(exc).__name__}: {exc}")
+        return self._final_write
 
     def log_fields(self, step: str | None = None, attempt: int | None = None) -> dict[str, Any]:
         """``extra=`` for a log line about this job (``attempt``: a step's attempt)."""
@@ -188,8 +194,8 @@ class JobExecution:
 
     def _conclude(self, failed: tuple[StepRecord, StepOutcome] | None,
                   pending: list[StepRecord]) -> None:
-        if self._finished:
-            return  # the last step's write finished the job too
+        if self._finished or self._final_write is not None:
+            return  # the last step's write finishes the job too
         if self.requeue:
             self._store.runs.release(self.token, f"{self.cancel_reason}; re-queued")
         elif self.cancelled.is_set():
@@ -237,22 +243,50 @@ class JobExecution:
             return outcome
 
     def _complete(self, step: StepRecord, attempt: int, outcome: StepOutcome) -> None:
-        """The job's last write: the step's outcome and the job's final state together,
-        through the group commit when the runner has one."""
+        """The job's last write: the step's outcome and the job's final state together.
+
+        With a group commit the write is queued and this thread moves on; what follows
+        the commit (events, freeing the runner's slot) runs when it resolves, so no
+        thread waits on each job's commit.
+        """
         succeeded = outcome.state is State.SUCCEED
         job_state = State.SUCCEED if succeeded else State.ERROR
         error = None if succeeded else f"step {step.name} failed: {outcome.error}"
         completion = Completion(self.token, step, attempt, outcome, job_state, error)
-        written = (self._completer.complete(completion) if self._completer is not None
-                   else self._store.runs.complete([completion])[0])
-        if isinstance(written, FencedOff):
-            raise written
-        if written:
-            self._finished = True
-            self._publish(State.RUNNING, outcome.state, step, outcome.wall_seconds, attempt,
-                          outcome.error)
-            self._publish(State.RUNNING, job_state, seconds=time.monotonic() - self._started,
-                          message=error)
+        if self._completer is None:
+            written = self._store.runs.complete([completion])[0]
+            if isinstance(written, FencedOff):
+                raise written
+            self._completed(written, completion)
+            return
+        future = self._completer.submit(completion)
+        self._final_write = future
+        future.add_done_callback(lambda done: self._final_write_done(done, completion))
+
+    def _final_write_done(self, future: Future[bool], completion: Completion) -> None:
+        try:
+            self._completed(future.result(), completion)
+        except FencedOff as exc:
+            self._fenced(exc)
+        except Exception:
+            # The completer gave up after retrying for its whole window: the job stays
+            # RUNNING in the store; it is re-run once this node is found dead or the
+            # job is rescued by an operator.
+            log.error("job %s: its final write failed", self.job.id, exc_info=True,
+                      extra=self._log_extra())
+
+    def _completed(self, written: bool, completion: Completion) -> None:
+        if not written:  # an operator stopped the job first
+            if self.cancelled.is_set():
+                self._publish_operator_stop()
+            return
+        self._finished = True
+        outcome, step = completion.outcome, completion.step
+        self._publish(State.RUNNING, outcome.state, step, outcome.wall_seconds,
+                      completion.attempt, outcome.error)
+        assert completion.job_state is not None
+        self._publish(State.RUNNING, completion.job_state,
+                      seconds=time.monotonic() - self._started, message=completion.job_error)
 
     def _record_step(self, step: StepRecord, attempt: int, outcome: StepOutcome,
                      note: str | None = None) -> None:

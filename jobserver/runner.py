@@ -80,21 +80,39 @@ class Runner:
             execution.cancel(reason, requeue)
 
     def _execute(self, execution: JobExecution, on_done: Callable[[], None] | None) -> None:
+        final_write = None
         try:
-            execution.run()
+            final_write = execution.run()
         finally:
-            if on_done is not None:
-                try:
-                    on_done()
-                except Exception:
-                    log.warning("cleanup after job %s failed", execution.job.id, exc_info=True,
-                                extra=execution.log_fields())
-            with self._lock:
-                self._running.pop(execution.job.id, None)
-                if execution.fenced_off:
-                    self.fenced_off_count += 1
-                self._idle.notify_all()
-            self._on_slot_freed()
+            if final_write is None:
+                self._finished(execution, on_done)
+        if final_write is not None:
+            # The slot stays taken until the job's final write is committed.
+            final_write.add_done_callback(lambda _: self._after_final_write(execution, on_done))
+
+    def _after_final_write(self, execution: JobExecution,
+                           on_done: Callable[[], None] | None) -> None:
+        if on_done is None:
+            self._finished(execution, None)
+            return
+        try:  # releasing a lock may block: not in the group commit's writer thread
+            self._pool.submit(self._finished, execution, on_done)
+        except RuntimeError:  # the pool is shut down
+            self._finished(execution, on_done)
+
+    def _finished(self, execution: JobExecution, on_done: Callable[[], None] | None) -> None:
+        if on_done is not None:
+            try:
+                on_done()
+            except Exception:
+                log.warning("cleanup after job %s failed", execution.job.id, exc_info=True,
+                            extra=execution.log_fields())
+        with self._lock:
+            self._running.pop(execution.job.id, None)
+            if execution.fenced_off:
+                self.fenced_off_count += 1
+            self._idle.notify_all()
+        self._on_slot_freed()
 
     def cancel_all(self, reason: str, requeue: bool = False) -> None:
         with self._lock:

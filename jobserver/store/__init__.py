@@ -43,6 +43,13 @@ class Transactions:
             yield conn
 
     @contextmanager
+    def statement(self) -> Iterator[Connection]:
+        """A connection whose every statement commits by itself (autocommit): for a
+        write that is one statement, it saves the round trip of a separate COMMIT."""
+        with self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextmanager
     def read(self) -> Iterator[Connection]:
         with self.engine.connect() as conn:
             conn = conn.execution_options(**{READONLY: True})

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, and_, exists, func, or_, select, update
 
 from jobserver.exceptions import FencedOff
 from jobserver.states import State
-from jobserver.store import batch
+from jobserver.store import batch, pgclaim
 from jobserver.store.engine import store_now
 from jobserver.store.epochs import is_current
 from jobserver.store.records import (ClaimToken, Completion, JobRecord, StepOutcome,
@@ -76,6 +76,13 @@ class RunRepository:
         PostgreSQL the candidate rows are locked with SKIP LOCKED so that concurrent
         claimers never wait on each other.
         """
+        if self._tx.dialect == "postgresql":
+            pattern = "%" + _like_escape(json.dumps(node)) + "%"
+            params = dict(node=node, fence=lease.fence, key=lease.key, limit=limit,
+                          pattern=pattern)
+            if job_ids is not None:
+                return self._claim_postgresql("open-ids", job_ids=list(job_ids), **params)
+            return self._claim_postgresql("open", **params)
         candidates = ready_candidates(node, limit, self._tx.dialect, job_ids)
         values = dict(state=State.RUNNING.value, node=node, fence=lease.fence,
                       attempt=jobs.c.attempt + 1, error=None, started_at=store_now(),
@@ -100,6 +107,8 @@ class RunRepository:
 
     def claim_assigned(self, node: str, limit: int) -> list[JobRecord]:
         """Leader mode: start READY jobs the leader assigned to ``node``."""
+        if self._tx.dialect == "postgresql":
+            return self._claim_postgresql("assigned", node=node, limit=limit)
         candidates = (select(jobs.c.id)
                       .where(jobs.c.state == State.READY.value, jobs.c.node == node)
                       .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
@@ -107,6 +116,11 @@ class RunRepository:
             jobs.c.id.in_(candidates), jobs.c.state == State.READY.value, jobs.c.node == node)
             .values(state=State.RUNNING.value, attempt=jobs.c.attempt + 1, error=None,
                     started_at=store_now(), finished_at=None, updated_at=store_now()), node)
+
+    def _claim_postgresql(self, variant: str, **params: Any) -> list[JobRecord]:
+        with self._tx.statement() as conn:
+            claimed = pgclaim.claim(conn, variant, **params)
+        return sorted(claimed, key=lambda job: (-job.priority, job.id))
 
     def _start(self, statement: Any, node: str) -> list[JobRecord]:
         with self._tx.write() as conn:

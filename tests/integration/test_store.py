@@ -62,6 +62,29 @@ def test_concurrent_claimers_never_share_a_job(store: Store) -> None:
     assert sorted(everything) == sorted(ids)
 
 
+def test_claim_starts_the_first_runnable_step_and_returns_every_step(store: Store) -> None:
+    """The first runnable step is the lowest READY one whose dependencies all
+    succeeded; after a resume that is the step after the ones already done."""
+    job_id = submit(store, steps=[{"name": "a", "type": "noop"},
+                                  {"name": "b", "type": "noop", "depends_on": ["a"]},
+                                  {"name": "c", "type": "noop", "depends_on": ["a", "b"]}])
+    job = store.runs.claim("n1", FakeLease(store), 5)[0]
+    assert [(s.name, s.state, s.attempt) for s in job.steps] == [
+        ("a", State.RUNNING, 1), ("b", State.READY, 0), ("c", State.READY, 0)]
+    assert job.steps[0].started_at is not None and job.steps[0].depends_on == []
+    assert job.steps[2].depends_on == ["a", "b"] and job.steps[0].spec == {}
+    store.runs.finish_step(job.token(), job.steps[0], 1, StepOutcome(State.SUCCEED))
+    store.jobs.apply(job_id, Operation.PAUSE)
+    store.jobs.apply(job_id, Operation.RESUME)
+    again = store.runs.claim("n1", FakeLease(store), 5)[0]
+    assert (again.id, again.attempt) == (job_id, 2)
+    assert [(s.name, s.state) for s in again.steps] == [
+        ("a", State.SUCCEED), ("b", State.RUNNING), ("c", State.READY)]
+    assert again.steps[0].finished_at is not None
+    audit = [(e.step, e.from_state, e.to_state, e.attempt) for e in store.jobs.events(job_id)]
+    assert audit[-2:] == [(None, "READY", "RUNNING", 2), ("b", "READY", "RUNNING", 1)]
+
+
 def test_writes_are_fenced_by_the_claim_token(store: Store) -> None:
     submit(store, steps=[{"name": "s1", "type": "noop"}])
     job = store.runs.claim("n1", FakeLease(store), 1)[0]

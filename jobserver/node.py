@@ -90,7 +90,8 @@ class Node:
         self.runner = Runner(self.store, step_types(self.python_steps), config.steps.shell,
                              config.capacity, on_slot_freed=self._wake, bus=self.bus)
         self.ctx = SchedulerContext(config=config, node_id=self.id, store=self.store,
-                                    locks=self.locks, runner=self.runner)
+                                    locks=self.locks, runner=self.runner,
+                                    presence=lambda: self._presence)
         self.scheduler: Scheduler = create_scheduler(self.ctx)
         self._presence: Lease | None = None
         self._threads: list[threading.Thread] = []

@@ -49,6 +49,9 @@ class SchedulerContext:
     #: Cleared while this node's presence lock is lost (a lost session): other nodes
     #: take it for dead then and would rescue anything it claimed.
     present: threading.Event = field(default_factory=lambda: _set(threading.Event()))
+    #: This node's current presence lease (None before it is taken); ``distributed``
+    #: mode claims jobs without a ``lock_key`` under it.
+    presence: Callable[[], Lease | None] = lambda: None
 
 
 def _set(event: threading.Event) -> threading.Event:

@@ -1,11 +1,15 @@
 """``distributed`` mode (Kylin's DistributedScheduler): every node schedules.
 
-Before a node runs a job it takes the lock of the job's segment (``lock_key``, or the
-job id when there is none) and holds it until the job leaves READY/RUNNING, so two
-jobs of one segment never run at once, anywhere. The claim itself is the store's
-compare-and-set under that segment lease's fence. Nothing fails over: a dead node's
-locks vanish with it and any live node re-queues its jobs. A node whose segment lock
-is lost stops that job and puts it back to READY.
+Before a node runs a job with a ``lock_key`` it takes the lock of that segment and
+holds it until the job leaves READY/RUNNING, so two jobs of one segment never run at
+once, anywhere; the claim is the store's compare-and-set under that segment lease's
+fence. A node whose segment lock is lost stops that job and puts it back to READY.
+
+Jobs without a ``lock_key`` have nothing to exclude but themselves, which the claim's
+compare-and-set already does (a READY row goes to one node only). They are claimed
+in batches under the node's presence lease: a lock per job would cost a lock round
+trip and a fence draw each, for no guarantee the claim lacks. Nothing fails over: a
+dead node's locks vanish with it and any live node re-queues its jobs.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import logging
 
 from jobserver.config import SchedulerMode
 from jobserver.logs import job_fields
-from schedulers.base import Scheduler, Ticker
+from locks.base import Lease
+from schedulers.base import Scheduler, SchedulerContext, Ticker
 
 log = logging.getLogger(__name__)
 
@@ -22,12 +27,17 @@ log = logging.getLogger(__name__)
 PEEK_FACTOR = 3
 
 
-def segment_key(job_id: int, lock_key: str | None) -> str:
-    return f"segment/{lock_key}" if lock_key else f"segment/job-{job_id}"
+def segment_key(lock_key: str) -> str:
+    return f"segment/{lock_key}"
 
 
 class DistributedScheduler(Scheduler):
     mode = SchedulerMode.DISTRIBUTED
+
+    def __init__(self, ctx: SchedulerContext) -> None:
+        super().__init__(ctx)
+        self._recorded_presence: Lease | None = None
+        self._segments = 0
 
     def run(self) -> None:
         self.active = True
@@ -49,12 +59,30 @@ class DistributedScheduler(Scheduler):
         room = self.room()
         if room <= 0:
             return 0
-        started = 0
-        for job_id, lock_key in self.ctx.store.runs.peek(self.ctx.node_id, room * PEEK_FACTOR):
+        started = self._claim_keyless(room)
+        if started >= room:
+            return started
+        peeked = self.ctx.store.runs.peek(self.ctx.node_id, (room - started) * PEEK_FACTOR,
+                                          keyed=True)
+        for job_id, lock_key in peeked:
             if started >= room or self.ctx.stopping.is_set():
                 break
-            started += self._try_job(job_id, segment_key(job_id, lock_key))
+            if lock_key is not None:  # always, as peeked
+                started += self._try_job(job_id, segment_key(lock_key))
         return started
+
+    def _claim_keyless(self, room: int) -> int:
+        """Claim up to ``room`` jobs without a ``lock_key`` at once, under the presence
+        lease (recorded as the newest of its key before the first claim relies on it)."""
+        lease = self.ctx.presence()
+        if lease is None or not lease.is_valid():
+            return 0
+        if lease is not self._recorded_presence:
+            if not self.record_lease(lease):
+                return 0
+            self._recorded_presence = lease
+        return self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, room,
+                                                    keyless=True))
 
     def _try_job(self, job_id: int, key: str) -> int:
         lease = self.acquire_timed(lambda: self.ctx.locks.acquire(key, blocking=False),
@@ -71,10 +99,15 @@ class DistributedScheduler(Scheduler):
             lease.release()  # taken by another node between peek and claim
             return 0
         lease.on_lost(lambda _lease: self._segment_lost(job_id, key))
-        return self.start(claimed, on_done=lease.release)
+        self._segments += 1
+        return self.start(claimed, on_done=lambda: self._release_segment(lease))
+
+    def _release_segment(self, lease: Lease) -> None:
+        self._segments -= 1
+        lease.release()
 
     def held_locks(self) -> int:
-        return self.ctx.runner.running_count()  # one segment lock per running job
+        return self._segments  # one segment lock per running job with a lock_key
 
     def _segment_lost(self, job_id: int, key: str) -> None:
         log.error("lost the lock of %s: stopping job %s and re-queueing it", key, job_id,

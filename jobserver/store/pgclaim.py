@@ -95,12 +95,16 @@ _STATEMENTS = {
     "open-ids": text(_CLAIM.format(**dict(
         _OPEN, candidates=_OPEN["candidates"] + " AND id = ANY(CAST(:job_ids AS bigint[]))")))
     .columns(*jobs.c, step_rows=JSON),
+    "open-keyless": text(_CLAIM.format(**dict(
+        _OPEN, candidates=_OPEN["candidates"] + " AND lock_key IS NULL")))
+    .columns(*jobs.c, step_rows=JSON),
     "assigned": text(_CLAIM.format(**_ASSIGNED)).columns(*jobs.c, step_rows=JSON),
 }
 
 
 def claim(conn: Connection, variant: str, **params: Any) -> list[JobRecord]:
-    """Run the claim ``variant`` (``open``, ``open-ids``, ``assigned``) with ``params``
+    """Run the claim ``variant`` (``open``, ``open-ids``, ``open-keyless``,
+    ``assigned``) with ``params``
     on an autocommit connection; the claimed jobs with their steps."""
     rows = conn.execute(_STATEMENTS[variant], params).all()
     return [JobRecord.from_row(row._mapping,

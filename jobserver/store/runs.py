@@ -40,8 +40,11 @@ class LeaseRef(Protocol):
     fence: int
 
 
-def ready_candidates(node: str, limit: int, dialect: str, job_ids: list[int] | None = None):
-    """The ids ``node`` may claim next: READY, unassigned, due, allowed on this node."""
+def ready_candidates(node: str, limit: int, dialect: str, job_ids: list[int] | None = None,
+                     keyed: bool | None = None):
+    """The ids ``node`` may claim next: READY, unassigned, due, allowed on this node;
+    only jobs with a ``lock_key`` (``keyed``), only jobs without one (not ``keyed``)
+    or both (None)."""
     pattern = "%" + _like_escape(json.dumps(node)) + "%"
     query = (select(jobs.c.id)
              .where(jobs.c.state == State.READY.value, jobs.c.node.is_(None),
@@ -51,6 +54,8 @@ def ready_candidates(node: str, limit: int, dialect: str, job_ids: list[int] | N
              .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
     if job_ids is not None:
         query = query.where(jobs.c.id.in_(job_ids))
+    if keyed is not None:
+        query = query.where(jobs.c.lock_key.is_not(None) if keyed else jobs.c.lock_key.is_(None))
     if dialect == "postgresql":
         # Locked and limited once, in a materialized CTE. As a plain ``IN (subquery)``
         # PostgreSQL may rescan the subquery for every outer row, and each rescan's
@@ -68,10 +73,11 @@ class RunRepository:
 
     # -- claim ------------------------------------------------------------------------
     def claim(self, node: str, lease: LeaseRef, limit: int,
-              job_ids: list[int] | None = None) -> list[JobRecord]:
+              job_ids: list[int] | None = None, keyless: bool = False) -> list[JobRecord]:
         """Atomically move up to ``limit`` runnable READY jobs to RUNNING on ``node``.
 
-        Highest priority first, then oldest; only ``job_ids`` when given. One UPDATE,
+        Highest priority first, then oldest; only ``job_ids`` when given, only jobs
+        without a ``lock_key`` when ``keyless``. One UPDATE,
         which only matches while ``lease`` is the newest lease of its key; on
         PostgreSQL the candidate rows are locked with SKIP LOCKED so that concurrent
         claimers never wait on each other.
@@ -82,8 +88,9 @@ class RunRepository:
                           pattern=pattern)
             if job_ids is not None:
                 return self._claim_postgresql("open-ids", job_ids=list(job_ids), **params)
-            return self._claim_postgresql("open", **params)
-        candidates = ready_candidates(node, limit, self._tx.dialect, job_ids)
+            return self._claim_postgresql("open-keyless" if keyless else "open", **params)
+        candidates = ready_candidates(node, limit, self._tx.dialect, job_ids,
+                                      keyed=False if keyless else None)
         values = dict(state=State.RUNNING.value, node=node, fence=lease.fence,
                       attempt=jobs.c.attempt + 1, error=None, started_at=store_now(),
                       finished_at=None, updated_at=store_now())
@@ -152,9 +159,11 @@ class RunRepository:
         with self._tx.read() as conn:
             return {node: int(count) for node, count in conn.execute(query)}
 
-    def peek(self, node: str, limit: int) -> list[tuple[int, str | None]]:
-        """Distributed mode: the next ``(job_id, lock_key)`` pairs ``node`` could claim."""
-        query = ready_candidates(node, limit, "peek")
+    def peek(self, node: str, limit: int, keyed: bool | None = None
+             ) -> list[tuple[int, str | None]]:
+        """Distributed mode: the next ``(job_id, lock_key)`` pairs ``node`` could claim
+        (``keyed``: as in :func:`ready_candidates`)."""
+        query = ready_candidates(node, limit, "peek", keyed=keyed)
         query = query.with_only_columns(jobs.c.id, jobs.c.lock_key)
         with self._tx.read() as conn:
             return [(row.id, row.lock_key) for row in conn.execute(query)]
@@ -282,7 +291,10 @@ class RunRepository:
         """
         if not completions:
             return []
-        with self._tx.write() as conn:
+        # PostgreSQL writes the batch in one statement: it needs no transaction of its
+        # own, and the COMMIT round trip is saved.
+        single = self._tx.dialect == "postgresql"
+        with (self._tx.statement() if single else self._tx.write()) as conn:
             written = batch.complete(conn, completions)
             results: list[bool | FencedOff] = []
             for index, completion in enumerate(completions):

@@ -158,19 +158,27 @@ class ChaosCluster:
         os.kill(self.nodes[node_id].pid, signal.SIGCONT)
         return time.monotonic()
 
+    def sigterm(self, node_id: str) -> float:
+        """SIGTERM the node (not its group); return the monotonic time it was sent."""
+        os.kill(self.nodes[node_id].pid, signal.SIGTERM)
+        return time.monotonic()
+
     def log(self, node_id: str) -> str:
         return self.nodes[node_id].output()
 
     # -- jobs -------------------------------------------------------------------------
     def submit(self, count: int, keys: int = 10, sleep: float = 0.05,
                threads: int = 8, priority: int = 0) -> list[int]:
-        """Submit ``count`` ledger jobs with lock_keys drawn from ``keys`` keys,
-        several at a time; return the ids the API accepted (2xx)."""
+        """Submit ``count`` ledger jobs, several at a time: two in three with a
+        lock_key drawn from ``keys`` keys, every third without one (``distributed``
+        mode claims those in batches, without segment locks). Returns the ids the API
+        accepted (2xx)."""
         start = len(self.accepted)
-        wanted = [(f"chaos-{start + i}", f"key-{random.randrange(keys)}")
+        wanted = [(f"chaos-{start + i}",
+                   None if i % 3 == 2 else f"key-{random.randrange(keys)}")
                   for i in range(count)]
 
-        def one(item: tuple[str, str]) -> tuple[int, str]:
+        def one(item: tuple[str, str | None]) -> tuple[int, str | None]:
             name, key = item
             spec = ledger_mod.job_spec(name, self.ledger, key, sleep, priority)
             return self.api.submit(spec), key
@@ -178,7 +186,8 @@ class ChaosCluster:
         with ThreadPoolExecutor(threads) as pool:
             results = list(pool.map(one, wanted))
         for job_id, key in results:
-            self.lock_keys[job_id] = key
+            if key is not None:
+                self.lock_keys[job_id] = key
             self.accepted.append(job_id)
         return [job_id for job_id, _ in results]
 

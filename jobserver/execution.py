@@ -12,20 +12,22 @@ import logging
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
-from jobserver.completer import Completer
+from jobserver.completer import RETRY_FOR, Completer
 from jobserver.config import ShellStepConfig
 from jobserver.events import EventBus, NodeEvent, StateChange
 from jobserver.exceptions import FencedOff
 from jobserver.logs import job_fields
 from jobserver.states import State
 from jobserver.steps import StepContext, StepFunction
-from jobserver.store import Store
+from jobserver.store import Store, StoreUnreachable
 from jobserver.store.records import Completion, JobRecord, StepOutcome, StepRecord
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_BACKOFF = 300.0
 #: Cancel reason used when this node shuts down.
@@ -115,11 +117,28 @@ class JobExecution:
 
     def _finish(self, state: State, error: str | None = None) -> None:
         try:
-            if self._store.runs.finish_job(self.token, state, error):
+            if self._retrying(self._store.runs.finish_job, self.token, state, error):
                 self._publish(State.RUNNING, state, seconds=time.monotonic() - self._started,
                               message=error)
         except FencedOff as exc:
             self._fenced(exc)
+
+    def _retrying(self, write: Callable[..., T], *args: Any) -> T:
+        """Run a store write, retrying while the store is unreachable (a restart, a
+        failover) for up to ``RETRY_FOR`` seconds, as the group commit does. Giving up
+        at once would end the execution with its job still RUNNING in the store and
+        its runner slot free: the node would take more jobs than it has slots."""
+        deadline, delay = time.monotonic() + RETRY_FOR, 0.1
+        while True:
+            try:
+                return write(*args)
+            except StoreUnreachable as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("job %s: store write failed (%s); retrying", self.job.id,
+                            type(exc).__name__, extra=self._log_extra())
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def _publish_operator_stop(self) -> None:
         """An operator paused or discarded this job through the API (in a process with
@@ -197,7 +216,8 @@ class JobExecution:
         if self._finished or self._final_write is not None:
             return  # the last step's write finishes the job too
         if self.requeue:
-            self._store.runs.release(self.token, f"{self.cancel_reason}; re-queued")
+            self._retrying(self._store.runs.release, self.token,
+                           f"{self.cancel_reason}; re-queued")
         elif self.cancelled.is_set():
             log.info("job %s: %s", self.job.id, self.cancel_reason, extra=self._log_extra())
             self._publish_operator_stop()
@@ -218,7 +238,7 @@ class JobExecution:
         # The claim already started the job's first step (same transaction).
         prestarted = step.attempt if step.state is State.RUNNING else None
         while True:
-            attempt = prestarted or self._store.runs.start_step(self.token, step)
+            attempt = prestarted or self._retrying(self._store.runs.start_step, self.token, step)
             prestarted = None
             if attempt is None:
                 self.cancel("stopped by operator")
@@ -270,8 +290,8 @@ class JobExecution:
             self._fenced(exc)
         except Exception:
             # The completer gave up after retrying for its whole window: the job stays
-            # RUNNING in the store; it is re-run once this node is found dead or the
-            # job is rescued by an operator.
+            # RUNNING in the store until the node's check for RUNNING jobs without an
+            # execution puts it back to READY (see Node._requeue_abandoned).
             log.error("job %s: its final write failed", self.job.id, exc_info=True,
                       extra=self._log_extra())
 
@@ -290,7 +310,8 @@ class JobExecution:
 
     def _record_step(self, step: StepRecord, attempt: int, outcome: StepOutcome,
                      note: str | None = None) -> None:
-        if self._store.runs.finish_step(self.token, step, attempt, outcome, note):
+        if self._retrying(self._store.runs.finish_step, self.token, step, attempt, outcome,
+                          note):
             self._publish(State.RUNNING, outcome.state, step, outcome.wall_seconds, attempt,
                           note or outcome.error)
 

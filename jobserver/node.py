@@ -23,6 +23,7 @@ from jobserver.runner import Runner
 from jobserver.steps import step_types
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
+from jobserver.store.records import ClaimToken
 from jobserver.wakeup import Listener
 from locks import create_lock_backend
 from locks.base import Lease, LockBackend
@@ -99,6 +100,9 @@ class Node:
         # Heartbeats go on while draining, or other nodes would rescue jobs this node is
         # still finishing; they stop only once the node is done.
         self._closed = threading.Event()
+        self._drain_advertised = False
+        #: RUNNING here by the store, unknown to the runner, at the last heartbeat
+        self._abandoned: dict[int, ClaimToken] = {}
 
     def _wake(self) -> None:
         self.ctx.wake.set()
@@ -110,8 +114,7 @@ class Node:
         if self._presence is None:
             raise ConfigError(f"server.id: {self.id!r} is in use by another live node")
         self._presence.on_lost(lambda _lease: self.ctx.present.clear())
-        self.store.servers.register(self.id, socket.gethostname(), os.getpid(),
-                                    self.config.scheduler.mode.value, self.config.capacity)
+        self._register()
         self.listeners.start()
         for job_id, state in self.store.servers.requeue_orphans(self.id, self.id):
             log.warning("job %s was left running by this node's last run: now %s", job_id, state,
@@ -151,11 +154,46 @@ class Node:
             alive = self.store.servers.heartbeat(self.id, self.runner.running_count(),
                                                  self.scheduler.role)
             if not alive:
-                self.store.servers.register(self.id, socket.gethostname(), os.getpid(),
-                                            self.config.scheduler.mode.value,
-                                            self.config.capacity)
+                self._register()
         except Exception:
             log.warning("heartbeat failed; will retry", exc_info=True)
+        try:
+            self._requeue_abandoned()
+        except Exception:
+            log.warning("could not look for abandoned jobs; will retry", exc_info=True)
+
+    def _requeue_abandoned(self) -> None:
+        """Give back jobs that the store says run here but no execution here runs.
+
+        An execution whose last writes failed because the store was away just then
+        (a PostgreSQL restart while a job was being re-queued after its segment lock
+        went with the lock session) ends without them, and its job stayed RUNNING on
+        this live node for good: no node rescues the jobs of a live one. A job found
+        so at two heartbeats in a row, under the same claim token (not one claimed a
+        moment ago and on its way to the runner), goes back to READY; the release is
+        a compare-and-set on that token, so a late write of its execution is refused.
+        """
+        if self.ctx.stopping.is_set():
+            self._abandoned = {}
+            return
+        known = {token.job_id for token in self.runner.running_tokens()}
+        abandoned = {token.job_id: token for token in self.store.runs.running_on(self.id)
+                     if token.job_id not in known}
+        for job_id, token in abandoned.items():
+            if (self._abandoned.get(job_id) == token
+                    and self.store.runs.release(token, "no execution left on its node; "
+                                                       "re-queued")):
+                log.warning("job %s was RUNNING here without an execution: re-queued", job_id,
+                            extra=job_fields(job_id, node=self.id))
+        self._abandoned = abandoned
+
+    def _register(self) -> None:
+        """Write this node's row. A draining node advertises no capacity: the leader
+        (leader mode) assigns jobs by free capacity, and a job assigned to a node that
+        no longer starts any would wait for the end of its drain."""
+        capacity = 0 if self.ctx.stopping.is_set() else self.config.capacity
+        self.store.servers.register(self.id, socket.gethostname(), os.getpid(),
+                                    self.config.scheduler.mode.value, capacity)
 
     def _keep_presence(self) -> None:
         """Take the presence lock again after a lost session (ZooKeeper expiry, a
@@ -177,6 +215,19 @@ class Node:
         self.ctx.present.set()
         log.info("re-took the presence lock of %s", self.id)
 
+    def stop_claiming(self) -> None:
+        """The start of a drain: claim nothing more and let go of the scheduling locks
+        (the scheduler loop releases them as it ends); running jobs go on."""
+        self.ctx.stopping.set()
+        self.ctx.wake.set()
+        if self._drain_advertised:
+            return
+        self._drain_advertised = True
+        try:
+            self.store.servers.set_capacity(self.id, 0)
+        except Exception:  # the leader may assign a job or two more; the drain goes on
+            log.warning("could not advertise the drain", exc_info=True)
+
     def stop(self, drain_timeout: float | None = None) -> bool:
         """Stop claiming, let running jobs finish up to ``drain_timeout``, release locks.
 
@@ -185,8 +236,7 @@ class Node:
         node that is marked stopped).
         """
         timeout = self.config.server.drain_timeout if drain_timeout is None else drain_timeout
-        self.ctx.stopping.set()
-        self.ctx.wake.set()
+        self.stop_claiming()
         drained = self.runner.wait_idle(timeout)
         if not drained:
             log.warning("drain timeout: %s job(s) still running are cancelled",

@@ -2,7 +2,8 @@
 
 The scheduler and runner live in this process; the HTTP API runs under gunicorn in a
 child process tree whose workers never schedule. The child is told to die with us
-(``PR_SET_PDEATHSIG``, see ``jobserver.api.gunicorn_conf``), so a ``kill -9`` of the node leaves no API behind.
+(``PR_SET_PDEATHSIG``, see ``jobserver.api.gunicorn_conf``), so a ``kill -9`` of the
+node leaves no API behind.
 
 Signals: the first SIGTERM/SIGINT drains (stop claiming, let running jobs finish up
 to ``server.drain_timeout``, release locks); a second one exits at once and leaves
@@ -20,7 +21,6 @@ import threading
 import time
 
 from jobserver.config import Config
-from jobserver.exceptions import ConfigError
 from jobserver.logs import set_defaults as set_log_defaults
 from jobserver.metrics import prepare_multiprocess_dir
 from jobserver.security import check_serve_auth
@@ -29,6 +29,8 @@ from jobserver.node import Node
 log = logging.getLogger(__name__)
 
 API_RESTART_DELAY = 2.0
+#: The exit code of a node that stopped without draining (see ``jobserver.cli``).
+EXIT_NOT_DRAINED = 3
 
 
 def gunicorn_command(config: Config) -> list[str]:
@@ -85,7 +87,9 @@ def serve(config: Config) -> int:
         if len(signals_seen) > 1:
             log.warning("second signal: exiting now; other nodes will rescue running jobs")
             api.stop(timeout=1)
-            os._exit(1)
+            # 3, as for a drain that timed out: stopped without draining (1 would say
+            # "the API refused", which a supervisor must not read into this exit).
+            os._exit(EXIT_NOT_DRAINED)
         log.info("signal %s: draining", signal.Signals(signum).name)
         stop.set()
 
@@ -94,6 +98,10 @@ def serve(config: Config) -> int:
     log.info("node %s serving the API on %s", config.server.id, config.api.bind)
     while not stop.wait(1.0):
         api.check()
+    # Stop claiming before stopping the API: gunicorn may take seconds to stop, and a
+    # draining node that still claimed meanwhile would start new jobs and keep the
+    # scheduling lock from the node that should take over.
+    node.stop_claiming()
     api.stop()
     drained = node.stop()
-    return 0 if drained else 3
+    return 0 if drained else EXIT_NOT_DRAINED

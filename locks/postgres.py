@@ -68,6 +68,8 @@ class PostgresLockBackend(LockBackend):
         self._mutex = threading.RLock()
         self._leases: dict[str, PostgresLease] = {}
         self._conn: Any = None
+        #: when the monitor last re-established a lost lock session (monotonic)
+        self._rejoined_at: float | None = None
         self._closed = threading.Event()
         self._connect()
         self._monitor = threading.Thread(target=self._monitor_loop, name="pg-lock-monitor",
@@ -120,6 +122,7 @@ class PostgresLockBackend(LockBackend):
                 if self._conn is None:
                     with self._mutex:
                         self._connect()
+                        self._rejoined_at = time.monotonic()
                     log.info("lock connection to PostgreSQL re-established")
                 else:
                     self._query("SELECT 1")
@@ -186,13 +189,33 @@ class PostgresLockBackend(LockBackend):
                 return True
         unsigned = advisory_key(key) & 0xFFFFFFFFFFFFFFFF
         try:
-            return bool(self._query(
+            held = bool(self._query(
                 "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
                 "AND granted AND database = (SELECT oid FROM pg_database "
                 "WHERE datname = current_database()) AND classid = %s AND objid = %s "
                 "AND objsubid = 1)", (unsigned >> 32, unsigned & 0xFFFFFFFF)))
         except LockError:
             return None  # unknown: callers must not treat it as dead
+        if not held and self._rejoining():
+            return None  # unknown: its holder may not have rejoined yet (see _rejoining)
+        return held
+
+    def _rejoining(self) -> bool:
+        """True for a while after this node's own lock session came back.
+
+        When PostgreSQL itself went away (a restart, every session terminated) every
+        node lost its session, and with it its presence lock, at the same moment. The
+        others notice at their next ping, reconnect at the one after and take their
+        presence lock again at their next heartbeat. Until then a free presence lock
+        does not mean that its node is gone: answering False made the first node back
+        rescue the running jobs of healthy nodes, which then ran twice (the late
+        writes fenced off, the side effects not). Callers treat None as "unknown" and
+        fall back to heartbeats, which a store outage this short leaves fresh.
+        Heartbeats come well within the session timeout, so that bounds the wait.
+        """
+        rejoined_at = self._rejoined_at
+        return (rejoined_at is not None and
+                time.monotonic() - rejoined_at < 2 * PING_INTERVAL + self._session_timeout)
 
     def _publish_leader(self, name: str, identity: str, lease: Lease) -> None:
         """Done by :meth:`elect`: the fence row names the holder."""

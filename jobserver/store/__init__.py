@@ -13,12 +13,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import OperationalError
 
 from jobserver.store.engine import READONLY, make_engine
 from jobserver.store.models import Base
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
+
+#: What a store call raises when the database cannot be reached or answered with an
+#: operational failure (a restart, a lost connection, SQLite busy): worth a retry.
+StoreUnreachable = OperationalError
 
 #: The PostgreSQL channel that wakes idle schedulers (see ``jobserver.wakeup``).
 WAKE_CHANNEL = "jobserver_work"

@@ -255,6 +255,14 @@ class RunRepository:
                                          token.attempt, message) for name in names])
             return True
 
+    def running_on(self, node: str) -> list[ClaimToken]:
+        """The claim tokens of the jobs the store has RUNNING on ``node``."""
+        with self._tx.read() as conn:
+            rows = conn.execute(select(jobs.c.id, jobs.c.node, jobs.c.fence, jobs.c.attempt)
+                                .where(jobs.c.state == State.RUNNING.value,
+                                       jobs.c.node == node))
+            return [ClaimToken(row.id, row.node, row.fence, row.attempt) for row in rows]
+
     def watch(self, tokens: Iterable[ClaimToken]) -> dict[int, str]:
         """For jobs this node runs, say which must stop and why.
 

@@ -35,6 +35,13 @@ class ServerRepository:
                 .values(heartbeat_at=store_now(), running=running, role=role,
                         state="alive")).rowcount)
 
+    def set_capacity(self, server_id: str, capacity: int) -> None:
+        """Advertise how many jobs the node takes (0 while it drains: the leader
+        assigns by free capacity)."""
+        with self._tx.write() as conn:
+            conn.execute(update(servers).where(servers.c.id == server_id)
+                         .values(capacity=capacity))
+
     def set_role(self, server_id: str, role: str) -> None:
         with self._tx.write() as conn:
             conn.execute(update(servers).where(servers.c.id == server_id).values(role=role))

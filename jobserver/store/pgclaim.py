@@ -108,11 +108,13 @@ def claim(conn: Connection, variant: str, **params: Any) -> list[JobRecord]:
     on an autocommit connection; the claimed jobs with their steps."""
     rows = conn.execute(_STATEMENTS[variant], params).all()
     return [JobRecord.from_row(row._mapping,
-                               steps=[_step(item) for item in row.step_rows or []])
+                               steps=[step_from_json(item) for item in row.step_rows or []])
             for row in rows]
 
 
-def _step(item: dict[str, Any]) -> StepRecord:
+def step_from_json(item: dict[str, Any]) -> StepRecord:
+    """A step row aggregated with ``json_agg``/``json_build_object`` (timestamps are
+    ISO strings there) as a record."""
     item["state"] = State(item["state"])
     for name in ("started_at", "finished_at"):
         if item[name] is not None:

@@ -105,7 +105,9 @@ class Node:
         self._abandoned: dict[int, ClaimToken] = {}
 
     def _wake(self) -> None:
-        self.ctx.wake.set()
+        """A runner slot freed: wake the scheduler if jobs may be waiting for one."""
+        if self.scheduler.more_ready:
+            self.ctx.wake.set()
 
     def start(self, upgrade: bool = True) -> None:
         if upgrade:

@@ -66,6 +66,11 @@ class Scheduler(ABC):
         self.ctx = ctx
         self.active = False
         self.orphans_rescued = 0
+        #: Whether READY jobs may be waiting for room: the last claim filled all the
+        #: room it had. Only then is a freed runner slot worth waking the scheduler
+        #: for; otherwise that wake costs an empty claim, and a submit's NOTIFY that
+        #: arrives meanwhile waits behind it.
+        self.more_ready = True
 
     @abstractmethod
     def run(self) -> None:
@@ -86,7 +91,9 @@ class Scheduler(ABC):
         room = self.room()
         if room <= 0:
             return 0
-        return self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, room))
+        claimed = self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, room))
+        self.more_ready = claimed >= room
+        return claimed
 
     def start(self, jobs: list[JobRecord], on_done: Callable[[], None] | None = None) -> int:
         if jobs:

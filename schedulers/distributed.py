@@ -51,7 +51,7 @@ class DistributedScheduler(Scheduler):
             except Exception:
                 self.pause_after_error("scheduling")
                 continue
-            if started == 0 or self.ctx.runner.free_slots() == 0:
+            if not self.more_ready or self.ctx.runner.free_slots() == 0:
                 self.wait_for_work(poll)
         self.active = False
 
@@ -60,15 +60,22 @@ class DistributedScheduler(Scheduler):
         if room <= 0:
             return 0
         started = self._claim_keyless(room)
+        self.more_ready = started >= room
         if started >= room:
             return started
         peeked = self.ctx.store.runs.peek(self.ctx.node_id, (room - started) * PEEK_FACTOR,
                                           keyed=True)
+        waiting = False
         for job_id, lock_key in peeked:
             if started >= room or self.ctx.stopping.is_set():
                 break
             if lock_key is not None:  # always, as peeked
-                started += self._try_job(job_id, segment_key(lock_key))
+                claimed = self._try_job(job_id, segment_key(lock_key))
+                started += claimed
+                waiting = waiting or not claimed
+        # A keyed job left behind may be waiting for a segment that one of this node's
+        # jobs holds: when that job ends, its slot's wake should claim it at once.
+        self.more_ready = started >= room or waiting
         return started
 
     def _claim_keyless(self, room: int) -> int:

@@ -61,7 +61,7 @@ class SingleScheduler(Scheduler):
             except Exception:
                 self.pause_after_error("scheduling")
                 continue
-            if claimed == 0 or self.ctx.runner.free_slots() == 0:
+            if not self.more_ready or self.ctx.runner.free_slots() == 0:
                 self.wait_for_work(poll)
         if not lease.is_valid():
             log.error("lost the global lock (fence %s): stopped claiming", lease.fence)

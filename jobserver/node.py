@@ -11,9 +11,11 @@ import logging
 import os
 import socket
 import threading
+import time
+from collections.abc import Callable
 
 from jobserver.config import Config
-from jobserver.exceptions import ConfigError
+from jobserver.exceptions import ConfigError, LockError
 from jobserver.events import EventBus
 from jobserver.execution import NODE_STOPPING
 from jobserver.listeners import Listeners
@@ -57,9 +59,28 @@ def make_lock_backend(config: Config, store: Store) -> LockBackend:
     return create_lock_backend(config.lock.backend, **options.get(config.lock.backend, {}))
 
 
+#: How long start-up keeps trying a lock whose backend connection is down.
+START_RETRY_FOR = 15.0
+
+
+def _at_start(take: Callable[[], Lease | None]) -> Lease | None:
+    """Take a lock during start-up, retrying while the backend is unreachable: a node
+    (re)started while its lock connection drops (a PostgreSQL restart, terminated
+    sessions) would otherwise exit, though the backend reconnects within a second."""
+    deadline = time.monotonic() + START_RETRY_FOR
+    while True:
+        try:
+            return take()
+        except LockError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("lock backend unreachable at start-up (%s); retrying", exc)
+            time.sleep(0.2)
+
+
 def upgrade_schema(store: Store, locks: LockBackend) -> None:
     """Run migrations under a lock so nodes starting together do not race."""
-    lease = locks.acquire(SCHEMA_LOCK, blocking=True, timeout=120)
+    lease = _at_start(lambda: locks.acquire(SCHEMA_LOCK, blocking=True, timeout=120))
     if lease is None:
         raise ConfigError("timed out waiting for another node's schema upgrade")
     with lease:
@@ -112,7 +133,8 @@ class Node:
     def start(self, upgrade: bool = True) -> None:
         if upgrade:
             upgrade_schema(self.store, self.locks)
-        self._presence = self.locks.acquire(presence_key(self.id), blocking=False)
+        self._presence = _at_start(lambda: self.locks.acquire(presence_key(self.id),
+                                                              blocking=False))
         if self._presence is None:
             raise ConfigError(f"server.id: {self.id!r} is in use by another live node")
         self._presence.on_lost(lambda _lease: self.ctx.present.clear())

@@ -59,8 +59,9 @@ def render() -> str:
             rows, ["figure", "value", "previous", "target", "met"]))
     sections = [
         ("floor", "pgbench -N (the floor)", ["clients", "tps", "latency_ms", "seconds"]),
-        ("throughput", "Throughput (no-op jobs)", ["store", "lock", "mode", "nodes", "jobs",
-                                                   "done", "seconds", "jobs_per_s", "capped"]),
+        ("throughput", "Throughput (no-op jobs)", ["store", "lock", "mode", "nodes", "settings",
+                                                   "jobs", "done", "seconds", "jobs_per_s",
+                                                   "capped"]),
         ("peers_throughput", "Peers: throughput", ["peer", "config", "workers", "jobs", "done",
                                                   "seconds", "jobs_per_s", "capped"]),
         ("latency", "Latency (submit over HTTP → step body)",

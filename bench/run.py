@@ -72,7 +72,8 @@ def _peak(smoke: bool) -> dict[str, float]:
     data = _load("throughput", smoke)
     peak: dict[str, float] = {}
     for row in (data or {}).get("rows", []):
-        if row["mode"] == "single" and row["nodes"] == 1 and row["lock"] in ("file", "postgres"):
+        if (row["mode"] == "single" and row["nodes"] == 1 and not row.get("settings")
+                and row["lock"] in ("file", "postgres")):
             peak[row["store"]] = row["jobs_per_s"]
     return peak
 
@@ -143,11 +144,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _add_wide(add: Any, wide: dict[tuple, Any], celery: Any, procr: Any, floor: Any) -> None:
+    """The same targets for the 100-slot pass (``throughput.WIDE``)."""
+    pg1 = wide.get(("postgres", "postgres", "single", 1))
+    if pg1:
+        add("throughput PG 1 node (single, 100 slots) jobs/s", pg1, ">= 3000", pg1 >= 3000,
+            vs_celery=_ratio(pg1, celery), vs_procrastinate=_ratio(pg1, procr),
+            vs_pgbench=_ratio(pg1, floor))
+        if celery:
+            add("throughput PG 1 node (100 slots) / Celery", _ratio(pg1, celery), ">= 5x",
+                pg1 >= 5 * celery)
+    pg3, pgd1 = (wide.get(("postgres", "postgres", "distributed", n)) for n in (3, 1))
+    if pg3 and pgd1:
+        add("throughput PG distributed 3 / 1 node (100 slots)", _ratio(pg3, pgd1), ">= 1.0",
+            pg3 >= pgd1)
+    sq = wide.get(("sqlite", "file", "single", 1))
+    if sq:
+        add("throughput SQLite 1 node (100 slots) jobs/s", sq, ">= 2000", sq >= 2000)
+
+
 def summary(opts: Options) -> list[dict[str, Any]]:
     """Our figures beside the issue's targets, from the JSON files present."""
     rows: list[dict[str, Any]] = []
+    tp_rows = (_load("throughput", opts.smoke) or {}).get("rows", [])
     tp = {(r["store"], r["lock"], r["mode"], r["nodes"]): r["jobs_per_s"]
-          for r in (_load("throughput", opts.smoke) or {}).get("rows", [])}
+          for r in tp_rows if not r.get("settings")}
+    wide = {(r["store"], r["lock"], r["mode"], r["nodes"]): r["jobs_per_s"]
+            for r in tp_rows if r.get("settings")}
     peers = (_load("peers_throughput", opts.smoke) or {}).get("rows", [])
     celery_best = max((r["jobs_per_s"] or 0 for r in peers
                        if r["peer"] == "celery" and r["workers"] == 1), default=None)
@@ -176,6 +199,7 @@ def summary(opts: Options) -> list[dict[str, Any]]:
     sq = tp.get(("sqlite", "file", "single", 1))
     if sq:
         add("throughput SQLite 1 node jobs/s", sq, ">= 2000", sq >= 2000)
+    _add_wide(add, wide, celery_best, procr, floor)
     for row in (_load("latency", opts.smoke) or {}).get("rows", []):
         if row["config"] == "postgres notify" and row["load"] == "idle":
             add("latency NOTIFY p50 ms", row["p50_ms"], "<= 3", _le(row["p50_ms"], 3))

@@ -26,12 +26,20 @@ BACKENDS = [("sqlite", "file"), ("postgres", "postgres"), ("postgres", "zookeepe
 MODES = ["single", "distributed", "leader"]
 
 
+#: The second pass: a runner wide enough that claims and completions form batches
+#: (no-op jobs need no CPU of their own; the default 10 slots cap every batch at 10).
+WIDE = {"SCHEDULER__MAX_CONCURRENT_JOBS": "100", "SCHEDULER__CLAIM_BATCH": "100"}
+WIDE_CONFIGS = ["sqlite/file/single/1", "postgres/postgres/single/1",
+                "postgres/postgres/distributed/1", "postgres/postgres/distributed/3"]
+
+
 def run_one(opts: Options, store: str, lock: str, mode: str, nodes: int, jobs: int,
-            cap: float, zk_hosts: str | None = None, tag: str = "") -> dict[str, Any]:
+            cap: float, zk_hosts: str | None = None, tag: str = "",
+            extra: dict[str, str] | None = None) -> dict[str, Any]:
     work = opts.work_dir / f"tp-{store}-{lock}-{mode}-{nodes}{tag}"
     with store_for(store, work) as url:
         queue_jobs(url, jobs)
-        settings: dict[str, Any] = dict(opts.node_settings)
+        settings: dict[str, Any] = dict(opts.node_settings, **(extra or {}))
         if zk_hosts:
             settings["ZOOKEEPER__HOSTS"] = zk_hosts
             settings["ZOOKEEPER__ROOT"] = f"/bench-{work.name}"
@@ -53,7 +61,8 @@ def run_one(opts: Options, store: str, lock: str, mode: str, nodes: int, jobs: i
             wall = time.monotonic() - spawned
             window = run_window(url)
         row = {"store": store, "lock": lock, "mode": mode, "nodes": nodes,
-               "settings": " ".join(f"{k}={v}" for k, v in opts.node_settings.items()) or None,
+               "settings": " ".join(f"{k}={v}" for k, v in
+                                    dict(opts.node_settings, **(extra or {})).items()) or None,
                "jobs": jobs,
                "done": window["done"], "errors": window["errors"],
                "seconds": window["seconds"], "jobs_per_s": window["jobs_per_s"],
@@ -118,6 +127,11 @@ def run(opts: Options, zk_hosts: str | None, only: set[str] | None = None) -> li
                 if (only and key not in only) or (opts.smoke and key not in smoke_set):
                     continue
                 rows.append(run_one(opts, store, lock, mode, nodes, jobs, cap, zk_hosts))
+    if not only and not opts.node_settings:
+        for key in WIDE_CONFIGS[1:2] if opts.smoke else WIDE_CONFIGS:
+            store, lock, mode, nodes = key.split("/")
+            rows.append(run_one(opts, store, lock, mode, int(nodes), jobs, cap, zk_hosts,
+                                tag="-wide", extra=WIDE))
     name = "throughput" + ("-" + "-".join(f"{k}={v}" for k, v in opts.node_settings.items())
                            .lower().replace("scheduler__", "") if opts.node_settings else "")
     write_result(name, opts, rows, {"jobs": jobs, "cap_s": cap,

@@ -50,7 +50,7 @@ _WAKE = ", pg_notify(:channel, '') IS NULL AS woken"
 
 _COLUMNS = ", ".join(f"job.{column.name}" for column in jobs.c)
 _STATEMENTS = {
-    notify: text(_SUBMIT.format(columns=_COLUMNS, wake=_WAKE if notify else ""))
+    notify: text(_SUBMIT.format(columns=_COLUMNS, wake=_WAKE if notify else "").strip())
     .columns(*jobs.c, step_rows=JSON)
     for notify in (True, False)}
 

@@ -116,7 +116,10 @@ def run_config(opts: Options, label: str, store: str, lock: str, notify: bool, p
     rows = []
     with store_for(store, work) as url, Cluster(
             work, url, lock, "single", SCHEDULER__NOTIFY=str(notify).lower(),
-            SCHEDULER__POLL_INTERVAL=poll) as cluster:
+            SCHEDULER__POLL_INTERVAL=poll,
+            # The open-loop runs submit at 80 % of the node's peak, far above the
+            # default per-token limit (api.submit_rate 100/s): lift it for this token.
+            API__SUBMIT_RATE=1_000_000, API__SUBMIT_BURST=1_000_000) as cluster:
         cluster.start("n1")
         cluster.wait_registered(api=True)
         time.sleep(1.0)  # let the node settle (scheduler active, LISTEN connected)

@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(os.environ.get("BENCH_RESULTS", ROOT / "bench" / "results"))
 PG_ADMIN_URL = os.environ.get("BENCH_PG",
-                              "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
+                              "postgresql://postgres@127.0.0.1:5432/postgres")
 PYTHON = sys.executable
 TOKEN = "bench-token-0123456789abcdef"
 NOOP_JOB = {"name": "noop", "steps": [{"name": "s", "type": "noop"}]}
@@ -178,7 +178,7 @@ def pg_database(prefix: str = "bench") -> Iterator[str]:
 
 
 def libpq_dsn(url: str) -> str:
-    """``postgresql+psycopg2://u@h:p/db`` -> ``postgresql://u@h:p/db``."""
+    """``postgresql[+driver]://u@h:p/db`` -> ``postgresql://u@h:p/db``."""
     return "postgresql://" + url.split("://", 1)[1]
 
 
@@ -343,10 +343,8 @@ class Cluster:
                          "SERVER__HEARTBEAT_INTERVAL": "0.5", "SERVER__DEAD_AFTER": "3",
                          "SERVER__DRAIN_TIMEOUT": "5", "DATA_DIR": str(work / "data")}
         self.settings.update({key.upper(): str(value) for key, value in settings.items()})
-        if not database_url.startswith("sqlite"):
-            self.settings["DATABASE__URL"] = database_url
-        else:
-            self.settings["DATABASE__URL"] = database_url
+        # A plain postgresql:// URL: the nodes use the driver a user's would (psycopg 3).
+        self.settings["DATABASE__URL"] = database_url
         self.nodes: dict[str, NodeProc] = {}
         (work / "logs").mkdir(parents=True, exist_ok=True)
 

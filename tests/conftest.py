@@ -17,8 +17,8 @@ import pytest
 from jobserver.store import Store
 from jobserver.store.tables import api_tokens, epochs, events, jobs, servers, steps
 
-PG_ADMIN_URL = os.environ.get("JOBSERVER_TEST_PG",
-                              "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
+# A plain postgresql:// URL: the store uses the driver a user's would (psycopg 3).
+PG_ADMIN_URL = os.environ.get("JOBSERVER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
@@ -63,6 +63,15 @@ def pg_store_session(pg_url: str) -> Iterator[Store]:
     store.dispose()
 
 
+@pytest.fixture(scope="session")
+def psycopg2_store_session(pg_store_session: Store, pg_url: str) -> Iterator[Store]:
+    """The same database through psycopg2, which an explicit ``postgresql+psycopg2://``
+    URL selects: the store must behave the same on both drivers."""
+    store = Store("postgresql+psycopg2://" + pg_url.split("://", 1)[1])
+    yield store
+    store.dispose()
+
+
 def _empty(store: Store) -> None:
     with store.tx.write() as conn:
         if store.dialect == "postgresql":
@@ -73,11 +82,13 @@ def _empty(store: Store) -> None:
                 conn.execute(table.delete())
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Store]:
-    """A migrated, empty store on each dialect."""
-    if request.param == "postgres":
-        pg_store = request.getfixturevalue("pg_store_session")
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A migrated, empty store for ``request.param``: ``sqlite``, ``postgres`` (the
+    default driver, psycopg 3) or ``postgres-psycopg2``."""
+    if request.param.startswith("postgres"):
+        pg_store = request.getfixturevalue(
+            "psycopg2_store_session" if request.param == "postgres-psycopg2"
+            else "pg_store_session")
         _empty(pg_store)
         yield pg_store
         return
@@ -85,6 +96,13 @@ def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Store]:
     sqlite_store.upgrade()
     yield sqlite_store
     sqlite_store.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A migrated, empty store on each dialect (the store's own contract suite,
+    ``test_store.py``, adds the psycopg2 driver)."""
+    yield from open_store(request, tmp_path)
 
 
 @pytest.fixture

@@ -126,8 +126,7 @@ class RunRepository:
 
     def _claim_postgresql(self, variant: str, **params: Any) -> list[JobRecord]:
         with self._tx.statement() as conn:
-            claimed = pgclaim.claim(conn, variant, **params)
-        return sorted(claimed, key=lambda job: (-job.priority, job.id))
+            return pgclaim.claim(conn, variant, **params)
 
     def _start(self, statement: Any, node: str) -> list[JobRecord]:
         with self._tx.write() as conn:

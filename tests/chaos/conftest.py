@@ -109,7 +109,7 @@ class PostgresServer:
         self._pg_ctl("restart", "-m", mode)
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def create_database(self, name: str) -> str:
         """Create ``name``, migrated to the newest schema; return its URL."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,9 +15,16 @@ from jobserver.states import Operation, State
 from jobserver.store import Store
 from jobserver.store.records import Completion, StepOutcome
 from jobserver.store.runs import ready_candidates
+from tests.conftest import open_store
 from tests.helpers import FakeLease, job_spec
 
 POLICY = Policy(lambda name: name.startswith("demo."), None)
+
+
+@pytest.fixture(params=["sqlite", "postgres", "postgres-psycopg2"])
+def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Store]:
+    """The store contract on each dialect and each PostgreSQL driver."""
+    yield from open_store(request, tmp_path)
 
 
 def submit(store: Store, **fields) -> int:

@@ -56,8 +56,10 @@ def submit():
     spec = parse_job(_require_json())
     check_step_types(g.principal, spec)
     dependencies = validate_job(spec, ctx.policy)
-    digest = hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True)
-                            .encode()).hexdigest()
+    # The request's digest tells a retry from a different request under the same key;
+    # without a key there is nothing to compare it with.
+    digest = None if key is None else hashlib.sha256(
+        json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
     job, created = ctx.store.jobs.submit(spec, dependencies, key, digest)
     headers = {"Location": f"/api/v1/jobs/{job.id}"}
     if created:

@@ -127,7 +127,11 @@ class LeaderScheduler(Scheduler):
                      or self.ctx.locks.is_held(presence_key(server.id)) is not False)}
 
     def _start_assigned(self) -> int:
-        room = self.room()
+        # SUSPENDED (ZooKeeper): a node cut off its session starts nothing, not even
+        # what a leader gave it. If the session expires, the new leader takes those
+        # assignments back; a job started meanwhile would run here and, once rescued,
+        # on another node as well.
+        room = self.room() if self.ctx.locks.can_claim() else 0
         if room <= 0:
             return 0
         return self.start(self.ctx.store.runs.claim_assigned(self.ctx.node_id, room))

@@ -30,6 +30,24 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
     harness.cleanup()
 
 
+LOG_TAIL_LINES = 80
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed chaos test shows the end of each node's log beside its traceback: a
+    timing failure in CI is otherwise hard to tell from a bug."""
+    outcome = yield
+    report = outcome.get_result()
+    harness = getattr(item, "funcargs", {}).get("harness")
+    if report.when != "call" or not report.failed or harness is None:
+        return
+    for log in sorted(harness.log_dir.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        report.sections.append((f"node log {log.name} (last {len(lines)} lines)",
+                                "\n".join(lines)))
+
+
 def make_backend(request: pytest.FixtureRequest, lock: str,
                  zk_hosts: str | None = None) -> Backend:
     """``file``: SQLite in the cluster's data dir. ``postgres``/``zookeeper``: the

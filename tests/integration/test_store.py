@@ -271,3 +271,13 @@ def test_claim_is_an_index_scan_in_claim_order(store: Store) -> None:
     text = " ".join(str(row) for row in plan)
     assert "ix_jobs_claim" in text, plan
     assert "TEMP B-TREE" not in text and "Sort" not in text, plan
+
+
+@pytest.mark.parametrize("session", ["pg_store_session", "psycopg2_store_session"])
+def test_postgres_plans_each_statement_for_the_tables_as_they_are(
+        request: pytest.FixtureRequest, session: str) -> None:
+    """A generic plan kept from when the tables were small made claims slower and
+    slower as a new database filled up under load (see ``make_engine``)."""
+    pg_store: Store = request.getfixturevalue(session)
+    with pg_store.tx.read() as conn:
+        assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar() == "force_custom_plan"

@@ -44,7 +44,7 @@ def submit_idle(port: int, count: int) -> list[tuple[int, float]]:
 
 
 def submit_open_loop(port: int, count: int, rate: float,
-                     threads: int = 4) -> tuple[list[tuple[int, float]], float]:
+                     threads: int = 16) -> tuple[list[tuple[int, float]], float]:
     """POST ``count`` jobs, job i due at start + i/rate; returns (sent, achieved rate)."""
     sent: list[tuple[int, float]] = []
     lock = threading.Lock()

@@ -126,8 +126,14 @@ class Node:
         self._abandoned: dict[int, ClaimToken] = {}
 
     def _wake(self) -> None:
-        """A runner slot freed: wake the scheduler if jobs may be waiting for one."""
-        if self.scheduler.more_ready:
+        """A runner slot freed: wake the scheduler if jobs may be waiting for one.
+
+        Under load, slots free one job at a time; waking for each would turn one claim
+        of many jobs into many claims of one. The scheduler is woken once a quarter
+        of the slots is free (or at its next poll).
+        """
+        if self.scheduler.more_ready and \
+                self.runner.free_slots() >= max(1, self.runner.capacity // 4):
             self.ctx.wake.set()
 
     def start(self, upgrade: bool = True) -> None:

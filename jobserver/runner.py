@@ -96,8 +96,13 @@ class Runner:
         self._shell = shell
         self.capacity = capacity
         self._on_slot_freed = on_slot_freed
-        self._pool = WorkerPool(capacity, "runner")
+        # Twice the capacity: a job whose final write is in flight keeps its thread's
+        # follow-up work (releasing its segment lock) apart from the jobs that took
+        # its slot; see free_slots.
+        self._pool = WorkerPool(2 * capacity, "runner")
         self._running: dict[int, JobExecution] = {}
+        #: Jobs whose steps are done and whose final write is queued, not committed.
+        self._finishing: set[int] = set()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -109,8 +114,13 @@ class Runner:
         self._watcher.start()
 
     def free_slots(self) -> int:
+        """Jobs this node may start now. A job whose steps are done no longer takes a
+        slot while its final write waits for the group commit, so the next claim
+        overlaps that commit; at most ``capacity`` such jobs wait at once."""
         with self._lock:
-            return self.capacity - len(self._running)
+            executing = len(self._running) - len(self._finishing)
+            return max(0, min(self.capacity - executing,
+                              2 * self.capacity - len(self._running)))
 
     def running_count(self) -> int:
         with self._lock:
@@ -144,7 +154,11 @@ class Runner:
             if final_write is None:
                 self._finished(execution, on_done)
         if final_write is not None:
-            # The slot stays taken until the job's final write is committed.
+            # The job stays in _running (cancels, the watcher and drains still see it)
+            # until its final write is committed; its slot is free at once.
+            with self._lock:
+                self._finishing.add(execution.job.id)
+            self._on_slot_freed()
             final_write.add_done_callback(lambda _: self._after_final_write(execution, on_done))
 
     def _after_final_write(self, execution: JobExecution,
@@ -166,6 +180,7 @@ class Runner:
                             extra=execution.log_fields())
         with self._lock:
             self._running.pop(execution.job.id, None)
+            self._finishing.discard(execution.job.id)
             if execution.fenced_off:
                 self.fenced_off_count += 1
             self._idle.notify_all()

@@ -250,3 +250,26 @@ def test_single_mode_one_active_takeover_and_fencing(store: Store, tmp_path: Pat
                 scheduler.ctx.wake.set()
                 thread.join(5)
                 harness.close()
+
+
+def test_a_job_waiting_for_its_final_write_frees_its_slot(harness: Harness, monkeypatch) -> None:
+    """The next claim overlaps the group commit: a job whose steps are done gives its
+    slot back while its final write waits, yet stays known to the runner (cancels,
+    drains) until the write is committed."""
+    release = threading.Event()
+    complete = harness.store.runs.complete
+
+    def held_complete(completions):
+        release.wait(10)
+        return complete(completions)
+
+    monkeypatch.setattr(harness.store.runs, "complete", held_complete)
+    job_ids = [submit(harness.store, steps=[{"name": "s", "type": "noop"}]) for _ in range(4)]
+    harness.claim()
+    wait_for(lambda: harness.runner.free_slots() == 4, 10,
+             what="the slots of jobs waiting for their final write")
+    assert harness.runner.running_count() == 4
+    assert harness.store.jobs.get(job_ids[0]).state is State.RUNNING
+    release.set()
+    assert all(harness.finished(job_id).state is State.SUCCEED for job_id in job_ids)
+    wait_for(lambda: harness.runner.running_count() == 0, 10, what="the runner to empty")

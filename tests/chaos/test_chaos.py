@@ -32,10 +32,11 @@ MATRIX = [pytest.param(mode, lock, id=f"{mode}-{lock}") for mode in MODES for lo
 
 
 def _check_capacity(cluster: ChaosCluster) -> None:
-    """No node ever held more RUNNING jobs than its runner has slots: a claim takes
-    only what the runner can start."""
-    assert max(cluster.max_running.values()) <= CAPACITY, (
-        f"more than {CAPACITY} jobs RUNNING on one node: {cluster.max_running}")
+    """No node ever held more RUNNING jobs than its runner allows: a claim takes only
+    what the runner can start (CAPACITY executing), and at most CAPACITY more wait for
+    their final write after giving back their slots (``Runner.free_slots``)."""
+    assert max(cluster.max_running.values()) <= 2 * CAPACITY, (
+        f"more than 2 x {CAPACITY} jobs RUNNING on one node: {cluster.max_running}")
 
 
 # -- 1. no faults: 300 jobs, exactly once ------------------------------------------------------

@@ -305,6 +305,7 @@ def celery_latency(opts: Options, kind: str, concurrency: int, count: int,
 
 # -- the scenario ------------------------------------------------------------------------------
 def run(opts: Options) -> dict[str, list[dict]]:
+    _require_peers()
     jobs = opts.scale(20000, 300)
     cap = opts.scale(30, 15)
     count = opts.scale(500, 30)
@@ -326,6 +327,17 @@ def run(opts: Options) -> dict[str, list[dict]]:
         latency += celery_latency(opts, kind, concurrency, count, 0.8 * peak if peak else None)
     write_result("peers_latency", opts, latency, {"jobs_per_run": count})
     return {"throughput": throughput, "latency": latency}
+
+
+def _require_peers() -> None:
+    """Stop with a message naming the extra, not an ImportError midway."""
+    import importlib.util
+
+    missing = [name for name in ("procrastinate", "celery")
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(f"peers: {', '.join(missing)} not installed; run `make bench`, or "
+                         "pip install -e '.[bench]' in this virtual environment")
 
 
 def _redis_persistence() -> dict[str, Any]:

@@ -20,7 +20,6 @@ aggregate was quadratic in the batch size.
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime, timezone
 from typing import Any
 
@@ -91,9 +90,9 @@ _ASSIGNED = dict(candidates="state = 'READY' AND node = %(node)s", owner="",
                  guard="jobs.node = %(node)s")
 
 _JOB_NAMES = [column.name for column in jobs.c]
-# Named in the model's order: each row is the job's columns, then one step's.
+# Named in the model's order: each row is the job's columns, then one step's (in
+# StepRecord's field order, which the select list follows).
 _JOB_COLUMNS = ", ".join(f"claimed.{name}" for name in _JOB_NAMES)
-_STEP_NAMES = [field.name for field in dataclasses.fields(StepRecord)]
 
 _STATEMENTS = {
     "open": _CLAIM.format(job_columns=_JOB_COLUMNS, **_OPEN),

@@ -253,7 +253,9 @@ def py_spy(opts: Options, store: str = "postgres", lock: str = "postgres",
            mode: str = "single", seconds: int = 15) -> dict[str, Any]:
     PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     py_spy_bin = Path(sys.executable).parent / "py-spy"
-    jobs = opts.scale(8000, 600)
+    # Enough jobs that the node is still draining when the recording stops: samples of
+    # an idle node after the drain would dilute every percentage.
+    jobs = opts.scale(seconds * 6000, 600)
     results: dict[str, Any] = {}
     for flavour, flags in (("cpu", []), ("gil", ["--gil"]), ("wall", ["--idle"])):
         work = opts.work_dir / f"pyspy-{flavour}"

@@ -505,8 +505,10 @@ def forget_engine(url: str) -> None:
 
 
 def wait_all_done(url: str, total: int, timeout: float, states=("SUCCEED",),
-                  poll: float = 0.25, min_id: int = 0) -> tuple[int, float]:
-    """Poll until ``total`` jobs (id >= min_id) are in ``states``; returns (count, waited)."""
+                  poll: float = 0.25, min_id: int = 0,
+                  max_id: int | None = None) -> tuple[int, float]:
+    """Poll until ``total`` jobs (``min_id`` <= id <= ``max_id``) are in ``states``;
+    returns (count, waited)."""
     from sqlalchemy import text
 
     engine = poll_engine(url)
@@ -515,7 +517,8 @@ def wait_all_done(url: str, total: int, timeout: float, states=("SUCCEED",),
     while True:
         with engine.connect() as conn:
             done = conn.execute(text(f"SELECT count(*) FROM jobs WHERE state IN ({marks}) "
-                                     "AND id >= :m"), {"m": min_id}).scalar()
+                                     "AND id BETWEEN :m AND :x"),
+                                {"m": min_id, "x": max_id or 2 ** 62}).scalar()
         waited = time.monotonic() - started
         if done >= total or waited > timeout:
             return int(done), waited
@@ -550,6 +553,29 @@ def run_window(url: str, min_id: int = 0) -> dict[str, Any]:
     span = max(epoch_seconds(last) - epoch_seconds(first), 1e-6)
     return {"done": int(count), "errors": int(errors), "seconds": round(span, 3),
             "jobs_per_s": round(count / span, 1)}
+
+
+def drain_rate(url: str, first_id: int, last_id: int, trim: float = 0.1) -> dict[str, Any]:
+    """The steady rate at which the jobs ``first_id..last_id`` finished: jobs per second
+    between the finish of the ``trim`` quantile and that of the ``1 - trim`` quantile.
+    The node's start (threads, connections, first plans) and the drain's ragged end
+    fall outside that middle, so short drains of different tables compare fairly."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            finished = [epoch_seconds(row[0]) for row in conn.execute(text(
+                "SELECT finished_at FROM jobs WHERE state = 'SUCCEED' AND id BETWEEN :a AND :b "
+                "ORDER BY finished_at"), {"a": first_id, "b": last_id})]
+    finally:
+        engine.dispose()
+    low, high = int(len(finished) * trim), int(len(finished) * (1 - trim)) - 1
+    if high <= low or finished[high] <= finished[low]:
+        return {"done": len(finished), "jobs_per_s": None, "measured": 0, "seconds": None}
+    span = finished[high] - finished[low]
+    return {"done": len(finished), "measured": high - low, "seconds": round(span, 3),
+            "jobs_per_s": round((high - low) / span, 1)}
 
 
 def stamps(url: str, job_ids: list[int]) -> dict[int, float]:

@@ -79,18 +79,22 @@ class JobRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
-        # Orphan checks: which nodes run jobs, and which jobs a dead node ran.
-        Index("ix_jobs_state_node", "state", "node"),
         Index("ix_jobs_state_id", "state", "id"),
         Index("ix_jobs_name_id", "name", "id"),
     )
 
 
-# Claiming reads READY rows in (priority DESC, id) order: an index in exactly that order
-# after the state keeps a claim one short range scan however many finished jobs the
-# table holds. (A partial index would be smaller, but SQLite only uses one when the
-# query spells the same literal predicate, and then still prefers ix_jobs_state_id.)
-Index("ix_jobs_claim", JobRow.state, JobRow.priority.desc(), JobRow.id)
+# The queue: a claim reads ``state = 'READY' AND node IS NULL`` (leader mode: ``node =
+# <this node>``) in (priority DESC, id) order, and orphan checks read (state, node). In
+# this one index a claim is a short ordered range scan however many finished or READY
+# jobs the table holds, with nothing to sort. Claims order by ``node`` first (constant
+# there) so that PostgreSQL sees the index's order as the query's: it does not treat
+# ``node IS NULL`` as fixing the column. With (state, node) and (state, priority, id)
+# as two indexes, PostgreSQL underestimated READY-and-unassigned rows (it multiplies
+# the two fractions) and sorted the whole READY backlog on every claim (migration
+# 0004). A partial index would be smaller, but SQLite only uses one when the query
+# spells the same literal predicate.
+Index("ix_jobs_queue", JobRow.state, JobRow.node, JobRow.priority.desc(), JobRow.id)
 
 
 class StepRow(Base):

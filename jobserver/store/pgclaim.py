@@ -7,7 +7,8 @@ statement of data-modifying CTEs run outside an explicit transaction, so the cla
 commits as it returns. The dialect-neutral path in :mod:`jobserver.store.runs` stays
 for SQLite, where a statement costs no round trip.
 
-The rules are those of the neutral path: candidates are locked with ``SKIP LOCKED``
+The rules are those of the neutral path: candidates are read in ``ix_jobs_queue``'s
+order (``node`` is constant there; see the index) and locked with ``SKIP LOCKED``
 in a materialized CTE (limited once, never rescanned); the UPDATE matches only while
 the caller's lease is the newest of its key; a job's first runnable step is its
 lowest-positioned READY step whose dependencies have all succeeded.
@@ -32,7 +33,7 @@ from jobserver.store.tables import jobs
 _CLAIM = """
 WITH candidates AS MATERIALIZED (
   SELECT id FROM jobs WHERE {candidates}
-  ORDER BY priority DESC, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+  ORDER BY node, priority DESC, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), claimed AS (
   UPDATE jobs SET state = 'RUNNING', {owner} attempt = jobs.attempt + 1, error = NULL,
          started_at = clock_timestamp(), finished_at = NULL, updated_at = clock_timestamp()
@@ -102,6 +103,11 @@ _STATEMENTS = {
         _OPEN, candidates=_OPEN["candidates"] + " AND lock_key IS NULL")),
     "assigned": _CLAIM.format(job_columns=_JOB_COLUMNS, **_ASSIGNED),
 }
+
+
+def statement(variant: str) -> str:
+    """The SQL of the claim ``variant``, with pyformat placeholders (for EXPLAIN)."""
+    return _STATEMENTS[variant]
 
 
 def claim(conn: Connection, variant: str, **params: Any) -> list[JobRecord]:

@@ -51,7 +51,7 @@ def ready_candidates(node: str, limit: int, dialect: str, job_ids: list[int] | N
                     or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()),
                     or_(jobs.c.assigned_servers.is_(None),
                         jobs.c.assigned_servers.like(pattern, escape="\\")))
-             .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
+             .order_by(jobs.c.node, jobs.c.priority.desc(), jobs.c.id).limit(limit))
     if job_ids is not None:
         query = query.where(jobs.c.id.in_(job_ids))
     if keyed is not None:
@@ -118,7 +118,7 @@ class RunRepository:
             return self._claim_postgresql("assigned", node=node, limit=limit)
         candidates = (select(jobs.c.id)
                       .where(jobs.c.state == State.READY.value, jobs.c.node == node)
-                      .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
+                      .order_by(jobs.c.node, jobs.c.priority.desc(), jobs.c.id).limit(limit))
         return self._start(update(jobs).where(
             jobs.c.id.in_(candidates), jobs.c.state == State.READY.value, jobs.c.node == node)
             .values(state=State.RUNNING.value, attempt=jobs.c.attempt + 1, error=None,
@@ -145,7 +145,7 @@ class RunRepository:
         query = (select(jobs.c.id, jobs.c.assigned_servers)
                  .where(jobs.c.state == State.READY.value, jobs.c.node.is_(None),
                         or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()))
-                 .order_by(jobs.c.priority.desc(), jobs.c.id).limit(limit))
+                 .order_by(jobs.c.node, jobs.c.priority.desc(), jobs.c.id).limit(limit))
         with self._tx.read() as conn:
             return [(row.id, json.loads(row.assigned_servers) if row.assigned_servers else None)
                     for row in conn.execute(query)]

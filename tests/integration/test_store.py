@@ -12,9 +12,10 @@ import pytest
 from jobserver.exceptions import FencedOff
 from jobserver.spec import Policy, parse_job, validate_job
 from jobserver.states import Operation, State
-from jobserver.store import Store
+from jobserver.store import Store, pgclaim
 from jobserver.store.records import Completion, StepOutcome
 from jobserver.store.runs import ready_candidates
+from jobserver.store.tables import jobs
 from tests.conftest import open_store
 from tests.helpers import FakeLease, job_spec
 
@@ -269,8 +270,35 @@ def test_claim_is_an_index_scan_in_claim_order(store: Store) -> None:
                 store.engine, compile_kwargs={"literal_binds": True})
             plan = conn.exec_driver_sql("EXPLAIN " + str(literal).replace("%", "%%")).all()
     text = " ".join(str(row) for row in plan)
-    assert "ix_jobs_claim" in text, plan
+    assert "ix_jobs_queue" in text, plan
     assert "TEMP B-TREE" not in text and "Sort" not in text, plan
+
+
+@pytest.mark.slow  # about 4 s: a million rows
+def test_claim_never_sorts_the_backlog_behind_a_long_history(
+        store_on_postgres: Store) -> None:
+    """A million finished jobs, then a burst of 10,000 READY ones, analyzed. READY jobs
+    are exactly the unassigned ones, but PostgreSQL multiplies the two fractions: with
+    separate (state, node) and (state, priority, id) indexes it estimated a few hundred
+    rows and read and sorted the whole READY backlog on every claim."""
+    store = store_on_postgres
+    template = submit(store)
+    columns = ", ".join(c.name for c in jobs.c if c.name not in ("id", "state", "node"))
+    copy = (f"INSERT INTO jobs ({columns}, state, node) SELECT {columns}, %s, %s "
+            f"FROM jobs, generate_series(1, %s) WHERE id = %s")
+    lease = FakeLease(store)
+    with store.tx.write() as conn:
+        conn.exec_driver_sql(copy, ("SUCCEED", "gone", 1_000_000, template))
+        conn.exec_driver_sql(copy, ("READY", None, 10_000, template))
+    with store.tx.statement() as conn:
+        conn.exec_driver_sql("ANALYZE jobs")
+    params = dict(node="n1", fence=lease.fence, key=lease.key, limit=32, pattern='%"n1"%')
+    with store.tx.read() as conn:
+        cursor = conn.connection.cursor()
+        cursor.execute("EXPLAIN " + pgclaim.statement("open"), params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "ix_jobs_queue" in plan, plan
+    assert "Sort Key: jobs." not in plan, plan  # the outer sort orders only claimed rows
 
 
 @pytest.mark.parametrize("session", ["pg_store_session", "psycopg2_store_session"])

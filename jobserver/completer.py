@@ -11,17 +11,15 @@ A store outage does not strand jobs: a failed batch is retried with backoff for 
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
-import time
 from concurrent.futures import Future
 
 from jobserver.exceptions import FencedOff
+from jobserver.retrying import retry
 from jobserver.store import Store
 from jobserver.store.records import Completion
 
-log = logging.getLogger(__name__)
 
 MAX_BATCH = 256
 RETRY_FOR = 30.0
@@ -72,19 +70,13 @@ class Completer:
 
     def _write(self, batch: list[tuple[Completion, Future[bool]]]) -> None:
         completions = [completion for completion, _ in batch]
-        deadline, delay = time.monotonic() + RETRY_FOR, 0.1
-        while True:
-            try:
-                results = self._store.runs.complete(completions)
-                break
-            except Exception as exc:
-                if time.monotonic() >= deadline:
-                    for _, future in batch:
-                        future.set_exception(exc)
-                    return
-                log.warning("writing %s completion(s) failed (%s); retrying", len(batch), exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        try:
+            results = retry(lambda: self._store.runs.complete(completions), on=Exception,
+                            for_seconds=RETRY_FOR, what=f"writing {len(batch)} completion(s)")
+        except Exception as exc:
+            for _, future in batch:
+                future.set_exception(exc)
+            return
         for (_, future), result in zip(batch, results):
             if isinstance(result, FencedOff):
                 future.set_exception(result)

@@ -21,6 +21,7 @@ from jobserver.config import ShellStepConfig
 from jobserver.events import EventBus, NodeEvent, StateChange
 from jobserver.exceptions import FencedOff
 from jobserver.logs import job_fields
+from jobserver.retrying import retry
 from jobserver.states import State
 from jobserver.steps import StepContext, StepFunction
 from jobserver.store import Store, StoreUnreachable
@@ -128,17 +129,8 @@ class JobExecution:
         failover) for up to ``RETRY_FOR`` seconds, as the group commit does. Giving up
         at once would end the execution with its job still RUNNING in the store and
         its runner slot free: the node would take more jobs than it has slots."""
-        deadline, delay = time.monotonic() + RETRY_FOR, 0.1
-        while True:
-            try:
-                return write(*args)
-            except StoreUnreachable as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning("job %s: store write failed (%s); retrying", self.job.id,
-                            type(exc).__name__, extra=self._log_extra())
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        return retry(lambda: write(*args), on=StoreUnreachable, for_seconds=RETRY_FOR,
+                     what=f"job {self.job.id}: store write", log_extra=self._log_extra())
 
     def _publish_operator_stop(self) -> None:
         """An operator paused or discarded this job through the API (in a process with

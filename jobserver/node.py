@@ -11,7 +11,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable
 
 from jobserver.config import Config
@@ -21,6 +20,7 @@ from jobserver.execution import NODE_STOPPING
 from jobserver.listeners import Listeners
 from jobserver.logs import job_fields
 from jobserver.metrics import NodeMetrics, multiprocess
+from jobserver.retrying import retry
 from jobserver.runner import Runner
 from jobserver.steps import step_types
 from jobserver.steps.python import PythonSteps
@@ -67,15 +67,8 @@ def _at_start(take: Callable[[], Lease | None]) -> Lease | None:
     """Take a lock during start-up, retrying while the backend is unreachable: a node
     (re)started while its lock connection drops (a PostgreSQL restart, terminated
     sessions) would otherwise exit, though the backend reconnects within a second."""
-    deadline = time.monotonic() + START_RETRY_FOR
-    while True:
-        try:
-            return take()
-        except LockError as exc:
-            if time.monotonic() >= deadline:
-                raise
-            log.warning("lock backend unreachable at start-up (%s); retrying", exc)
-            time.sleep(0.2)
+    return retry(take, on=LockError, for_seconds=START_RETRY_FOR,
+                 what="taking a lock at start-up", first_pause=0.2, max_pause=0.2)
 
 
 def upgrade_schema(store: Store, locks: LockBackend) -> None:

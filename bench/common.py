@@ -12,6 +12,7 @@ import http.client
 import json
 import os
 import platform
+import random
 import shlex
 import signal
 import socket
@@ -19,9 +20,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -576,6 +578,59 @@ def drain_rate(url: str, first_id: int, last_id: int, trim: float = 0.1) -> dict
     span = finished[high] - finished[low]
     return {"done": len(finished), "measured": high - low, "seconds": round(span, 3),
             "jobs_per_s": round((high - low) / span, 1)}
+
+
+# -- submitting for latency: one at a time, or open-loop at a set rate ------------------
+#: Submits job ``i``; returns (its key, wall time just before it was sent).
+Submit = Callable[[int], "tuple[Any, float]"]
+
+
+def stamped(call: Callable[[int], Any]) -> Submit:
+    """``call(i)`` as a :data:`Submit`: stamped with the wall time before the call."""
+    def submit(i: int) -> tuple[Any, float]:
+        at = time.time()
+        return call(i), at
+    return submit
+
+
+def one_at_a_time(submit: Submit, count: int) -> list[tuple[Any, float]]:
+    """Submit ``count`` jobs with 20-60 ms between them: an idle system's latency."""
+    sent = []
+    for i in range(count):
+        sent.append(submit(i))
+        time.sleep(random.uniform(0.02, 0.06))
+    return sent
+
+
+def open_loop(submit: Submit, count: int, rate: float,
+              threads: int = 16) -> tuple[list[tuple[Any, float]], float]:
+    """Submit ``count`` jobs, job i due at start + i/rate, from ``threads`` threads (a
+    slow submit does not delay the jobs due after it, up to ``threads`` at once).
+    Returns the (key, sent) pairs and the rate achieved."""
+    sent: list[tuple[Any, float]] = []
+    lock = threading.Lock()
+    counter = iter(range(count))
+    start = time.monotonic() + 0.2
+
+    def worker() -> None:
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                return
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            result = submit(i)
+            with lock:
+                sent.append(result)
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return sent, count / (time.monotonic() - start)
 
 
 def stamps(url: str, job_ids: list[int]) -> dict[int, float]:

@@ -12,13 +12,13 @@ figure includes the API's insert and commit. Both clocks are this machine's.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from typing import Any
 
 from bench.common import (ApiClient, Cluster, Options, latency_summary, loadavg, log,
-                          stamp_job, stamps, store_for, wait_all_done, write_result)
+                          one_at_a_time, open_loop, stamp_job, stamps, store_for,
+                          wait_all_done, write_result)
 
 #: Submit rates under load, as fractions of the measured 1-node drain rate.
 LOAD_FRACTIONS = [0.8]
@@ -33,48 +33,29 @@ CONFIGS = [
 
 def submit_idle(port: int, count: int) -> list[tuple[int, float]]:
     client = ApiClient(port)
-    sent = []
     try:
-        for _ in range(count):
-            sent.append(client.submit(stamp_job()))
-            time.sleep(random.uniform(0.02, 0.06))
+        return one_at_a_time(lambda i: client.submit(stamp_job()), count)
     finally:
         client.close()
-    return sent
 
 
 def submit_open_loop(port: int, count: int, rate: float,
                      threads: int = 16) -> tuple[list[tuple[int, float]], float]:
-    """POST ``count`` jobs, job i due at start + i/rate; returns (sent, achieved rate)."""
-    sent: list[tuple[int, float]] = []
-    lock = threading.Lock()
-    counter = iter(range(count))
-    start = time.monotonic() + 0.2
+    """POST ``count`` jobs open-loop at ``rate`` (one HTTP connection per thread);
+    returns (sent, achieved rate)."""
+    local, clients = threading.local(), []
 
-    def worker() -> None:
-        client = ApiClient(port)
-        try:
-            while True:
-                with lock:
-                    i = next(counter, None)
-                if i is None:
-                    return
-                delay = start + i / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                result = client.submit(stamp_job())
-                with lock:
-                    sent.append(result)
-        finally:
+    def submit(i: int) -> tuple[int, float]:
+        if not hasattr(local, "client"):
+            local.client = ApiClient(port)
+            clients.append(local.client)
+        return local.client.submit(stamp_job())
+
+    try:
+        return open_loop(submit, count, rate, threads)
+    finally:
+        for client in clients:
             client.close()
-
-    pool = [threading.Thread(target=worker) for _ in range(threads)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
-    elapsed = time.monotonic() - start
-    return sent, count / elapsed
 
 
 def measure(url: str, sent: list[tuple[int, float]], timeout: float) -> dict[str, Any]:

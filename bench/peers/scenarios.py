@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import (PYTHON, ROOT, Options, latency_summary, libpq_dsn, log, pg_database,
-                          write_result)
+from bench.common import (PYTHON, ROOT, Options, latency_summary, libpq_dsn, log, one_at_a_time,
+                          open_loop, pg_database, stamped, write_result)
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 CELERY_POOLS = [("prefork", 2), ("threads", 10)]
@@ -70,45 +68,6 @@ class Workers:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-def open_loop(submit: Callable[[int], Any], count: int, rate: float,
-              threads: int = 4) -> tuple[list[tuple[Any, float]], float]:
-    """Call ``submit(i)`` for i < count, i due at start + i/rate; (key, sent) pairs."""
-    sent: list[tuple[Any, float]] = []
-    lock = threading.Lock()
-    counter = iter(range(count))
-    start = time.monotonic() + 0.2
-
-    def worker() -> None:
-        while True:
-            with lock:
-                i = next(counter, None)
-            if i is None:
-                return
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            at = time.time()
-            key = submit(i)
-            with lock:
-                sent.append((key, at))
-
-    pool = [threading.Thread(target=worker) for _ in range(threads)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
-    return sent, count / (time.monotonic() - start)
-
-
-def one_at_a_time(submit: Callable[[int], Any], count: int) -> list[tuple[Any, float]]:
-    sent = []
-    for i in range(count):
-        at = time.time()
-        sent.append((submit(i), at))
-        time.sleep(random.uniform(0.02, 0.06))
-    return sent
 
 
 # -- procrastinate --------------------------------------------------------------------------
@@ -177,12 +136,13 @@ def procrastinate_latency(opts: Options, count: int, rate: float | None) -> list
             for i in range(5):  # warm-up
                 task.defer(key=-1 - i)
             time.sleep(1.0)
-            runs = [("idle", None, one_at_a_time(lambda i: task.defer(key=i) and i, count))]
+            idle = one_at_a_time(stamped(lambda i: task.defer(key=i) and i), count)
+            runs = [("idle", None, idle)]
             if rate:
                 time.sleep(1.0)
                 n = max(count, int(rate * opts.scale(10, 2)))
-                sent, achieved = open_loop(lambda i: task.defer(key=100000 + i) and 100000 + i,
-                                           n, rate)
+                defer = stamped(lambda i: task.defer(key=100000 + i) and 100000 + i)
+                sent, achieved = open_loop(defer, n, rate, threads=4)
                 runs.append(("80% of peak", (rate, achieved), sent))
             total = sum(len(r[2]) for r in runs)
             _wait(lambda: len(_read_stamps(stamp_file)) >= total + 5, 60)
@@ -286,11 +246,11 @@ def celery_latency(opts: Options, kind: str, concurrency: int, count: int,
         for _ in range(5):
             stamp.apply_async().get(timeout=60)  # worker up; warm-up
         time.sleep(0.5)
-        runs = [("idle", None, one_at_a_time(lambda i: stamp.apply_async(), count))]
+        runs = [("idle", None, one_at_a_time(stamped(lambda i: stamp.apply_async()), count))]
         if rate:
             time.sleep(1.0)
             n = max(count, int(rate * opts.scale(10, 2)))
-            sent, achieved = open_loop(lambda i: stamp.apply_async(), n, rate)
+            sent, achieved = open_loop(stamped(lambda i: stamp.apply_async()), n, rate, threads=4)
             runs.append(("80% of peak", (rate, achieved), sent))
         for load, rates, sent in runs:
             lat = [float(result.get(timeout=120)) - at for result, at in sent]

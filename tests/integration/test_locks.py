@@ -212,3 +212,35 @@ def test_exclusion_across_processes_and_release_on_death(setup: Setup) -> None:
 def test_unknown_and_missing_backends() -> None:
     with pytest.raises(ConfigError, match="unknown backend 'etcd'"):
         create_lock_backend("etcd")
+
+
+def test_zookeeper_backend_closes_while_the_server_is_down(tmp_path: Path) -> None:
+    """A node stopping during a ZooKeeper outage releases its locks and exits: kazoo
+    would retry each delete until the server came back. Once the server is back, the
+    locks are free again after the session timeout at most."""
+    from locks.zookeeper import ZooKeeperLockBackend
+    from tests.conftest import started_zookeeper
+
+    session = 4.0
+    with started_zookeeper(tmp_path / "zookeeper") as server:
+        holder = ZooKeeperLockBackend(server.hosts, "holder", root="/close",
+                                      session_timeout=session)
+        presence, scheduler = holder.acquire("node/holder"), holder.acquire("scheduler")
+        assert presence is not None and scheduler is not None
+        server.stop()
+        wait_for(lambda: not holder.can_claim(), 10, 0.05, "the holder to see the outage")
+        closing = threading.Thread(target=lambda: (presence.release(), holder.close()),
+                                   daemon=True)
+        began = time.monotonic()
+        closing.start()
+        closing.join(session)
+        assert not closing.is_alive(), "release and close waited for ZooKeeper"
+        assert time.monotonic() - began < 2.0
+        server.start()
+        other = ZooKeeperLockBackend(server.hosts, "other", root="/close", session_timeout=session)
+        try:
+            lease = other.acquire("scheduler", timeout=session + 5)
+            assert lease is not None, "the stopped node's lock outlived its session"
+            assert other.acquire("node/holder", timeout=2) is not None
+        finally:
+            other.close()

@@ -65,19 +65,7 @@ class ZooKeeperLease(Lease):
 
     def _release(self) -> None:
         self._backend._forget(self)
-        if not self._backend.can_claim():
-            # Deleting the node now would wait until ZooKeeper is back (kazoo retries
-            # a release without end), so a node stopping during an outage would never
-            # exit. The node goes with the session, or is swept if the session survives.
-            log.info("releasing %s while ZooKeeper is unreachable: its node goes with "
-                     "the session", self.key)
-            self._backend._abandon(self._lock, always=True)
-            return
-        try:
-            self._lock.release()
-        except KazooException as exc:  # the session is gone, or the retries ran out
-            log.info("releasing %s: %s", self.key, exc)
-            self._backend._abandon(self._lock, always=True)
+        self._backend._delete_lock_node(self._lock, self.key)
 
 
 class ZooKeeperLockBackend(LockBackend):
@@ -91,12 +79,8 @@ class ZooKeeperLockBackend(LockBackend):
         # so after an outage of N seconds a client might wait about N more before it
         # tried again, long enough for its session (and the leadership or the locks it
         # holds) to expire on a server that came back long before.
-        # Commands (a release) retry for at most one session timeout: past that the
-        # session counts as lost here (see _start_expiry_timer) and its nodes with it.
         self._client = KazooClient(hosts=hosts, timeout=session_timeout,
                                    connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
-                                   command_retry=KazooRetry(max_tries=-1, max_delay=1.0,
-                                                            deadline=session_timeout),
                                    **digest_acl_options(auth))
         self._leases: dict[str, ZooKeeperLease] = {}
         self._abandoned: list[Any] = []  # failed acquisitions to clean up (see _abandon)
@@ -233,6 +217,27 @@ class ZooKeeperLockBackend(LockBackend):
         if keep:
             with self._mutex:
                 self._abandoned.extend(keep)
+
+    def _delete_lock_node(self, lock: Any, key: str) -> None:
+        """Delete a released lease's node, waiting at most one session timeout.
+
+        kazoo's own release waits for the connection without end, so a node stopping
+        during an outage never exited. A node not deleted goes with the session, or is
+        swept before the next acquisition if the session survives (see _abandon).
+        """
+        if not self._connected.is_set():
+            log.info("releasing %s while ZooKeeper is unreachable: its node goes with "
+                     "the session", key)
+            self._abandon(lock, always=True)
+            return
+        try:
+            self._client.delete_async(f"{lock.path}/{lock.node}").get(
+                timeout=self._session_timeout)
+        except NoNodeError:  # the session expired and took the node
+            pass
+        except (KazooException, KazooTimeoutError) as exc:
+            log.info("releasing %s: %r; its node goes with the session", key, exc)
+            self._abandon(lock, always=True)
 
     def _forget(self, lease: ZooKeeperLease) -> None:
         with self._mutex:

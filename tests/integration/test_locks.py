@@ -237,10 +237,38 @@ def test_zookeeper_backend_closes_while_the_server_is_down(tmp_path: Path) -> No
         assert not closing.is_alive(), "release and close waited for ZooKeeper"
         assert time.monotonic() - began < 2.0
         server.start()
-        other = ZooKeeperLockBackend(server.hosts, "other", root="/close", session_timeout=session)
+        other = ZooKeeperLockBackend(server.hosts, "other", root="/close",
+                                     session_timeout=session)
         try:
             lease = other.acquire("scheduler", timeout=session + 5)
             assert lease is not None, "the stopped node's lock outlived its session"
             assert other.acquire("node/holder", timeout=2) is not None
         finally:
             other.close()
+
+
+def test_zookeeper_release_cut_off_midway_ends_within_a_session_timeout(
+        tmp_path: Path) -> None:
+    """The connection drops while a release is under way (simulated: the backend has
+    not yet heard of the drop): the delete waits for ZooKeeper at most one session
+    timeout, then leaves the node to the session."""
+    from locks.zookeeper import ZooKeeperLockBackend
+    from tests.conftest import started_zookeeper
+
+    session = 3.0
+    with started_zookeeper(tmp_path / "zookeeper") as server:
+        holder = ZooKeeperLockBackend(server.hosts, "holder", root="/cut",
+                                      session_timeout=session)
+        lease = holder.acquire("scheduler")
+        assert lease is not None
+        server.stop()
+        wait_for(lambda: not holder.can_claim(), 10, 0.05, "the holder to see the outage")
+        holder._connected.set()  # the release starts before the drop is noticed
+        releasing = threading.Thread(target=lease.release, daemon=True)
+        began = time.monotonic()
+        releasing.start()
+        releasing.join(session + 3)
+        assert not releasing.is_alive(), "the release waited for ZooKeeper"
+        assert time.monotonic() - began >= session - 0.5  # it did wait for the delete
+        holder._connected.clear()
+        holder.close()

@@ -48,6 +48,7 @@ def _submit_priority(port: int, count: int, out: list) -> None:
 
 
 def run_one(opts: Options, size: int, mix: str, latency_jobs: int) -> dict[str, Any]:
+    measured = opts.scale(MEASURE_READY, 100)
     work = opts.work_dir / f"backlog-{mix}-{size}"
     with store_for("postgres", work) as url:
         began = time.monotonic()
@@ -59,12 +60,12 @@ def run_one(opts: Options, size: int, mix: str, latency_jobs: int) -> dict[str, 
             cluster.wait_registered(api=True, timeout=120)
             _warm_up(url, opts.scale(WARM_UP, 20))
             began = time.monotonic()
-            count = opts.scale(MEASURE_READY, 100) if mix == "finished" else size
+            count = measured if mix == "finished" else size
             first, _ = queue_jobs(url, count)
             load_s += time.monotonic() - began
             log(f"backlog {mix} {size}: table loaded in {load_s:.0f} s")
             # Queued jobs run in id order (one priority); latency jobs come after them.
-            last = first + min(count, opts.scale(MEASURE_READY, 100)) - 1
+            last = first + min(count, measured) - 1
             window, latency = (_finished_mix if mix == "finished" else _ready_mix)(
                 url, cluster.port, first, last, latency_jobs)
     row = {"mix": mix, "jobs_in_table": size, "load_s": round(load_s, 1),

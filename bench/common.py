@@ -562,16 +562,12 @@ def drain_rate(url: str, first_id: int, last_id: int, trim: float = 0.1) -> dict
     between the finish of the ``trim`` quantile and that of the ``1 - trim`` quantile.
     The node's start (threads, connections, first plans) and the drain's ragged end
     fall outside that middle, so short drains of different tables compare fairly."""
-    from sqlalchemy import create_engine, text
+    from sqlalchemy import text
 
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            finished = [epoch_seconds(row[0]) for row in conn.execute(text(
-                "SELECT finished_at FROM jobs WHERE state = 'SUCCEED' AND id BETWEEN :a AND :b "
-                "ORDER BY finished_at"), {"a": first_id, "b": last_id})]
-    finally:
-        engine.dispose()
+    with poll_engine(url).connect() as conn:
+        finished = [epoch_seconds(row[0]) for row in conn.execute(text(
+            "SELECT finished_at FROM jobs WHERE state = 'SUCCEED' AND id BETWEEN :a AND :b "
+            "ORDER BY finished_at"), {"a": first_id, "b": last_id})]
     low, high = int(len(finished) * trim), int(len(finished) * (1 - trim)) - 1
     if high <= low or finished[high] <= finished[low]:
         return {"done": len(finished), "jobs_per_s": None, "measured": 0, "seconds": None}

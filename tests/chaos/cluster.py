@@ -89,6 +89,7 @@ class ChaosCluster:
         self.port = free_port()
         self.data_dir = tmp_path / "data"
         self.ledger = tmp_path / "ledger"
+        self.gate = tmp_path / "gate"  # held jobs end once it exists
         self.api = Api(f"http://127.0.0.1:{self.port}", TOKEN, retry_for=20.0)
         self.nodes: dict[str, Proc] = {}
         self.lock_keys: dict[int, str] = {}
@@ -144,6 +145,7 @@ class ChaosCluster:
         return self._store
 
     def close(self) -> None:
+        self.release_held()  # a failed test leaves no step waiting for its gate
         if self._store is not None:
             self._store.dispose()
 
@@ -190,6 +192,35 @@ class ChaosCluster:
                 self.lock_keys[job_id] = key
             self.accepted.append(job_id)
         return [job_id for job_id, _ in results]
+
+    def submit_long(self, count: int, seconds: float, on: str | None = None) -> list[int]:
+        """Submit ``count`` high-priority ledger jobs whose step sleeps ``seconds``, each
+        with a ``lock_key`` of its own (none waits for another's segment); ``on`` pins
+        them to one node (``assigned_servers``)."""
+        return [self._submit_own_key(f"long-{on or 'any'}", seconds, on)
+                for _ in range(count)]
+
+    def submit_held(self, count: int) -> list[int]:
+        """Submit ``count`` high-priority ledger jobs, each with a ``lock_key`` of its
+        own, whose steps run until :meth:`release_held` (re-runs included). A fault
+        test submits some before its load so that the node it hurts is surely running
+        jobs then: a load of short jobs may have finished by the time it looks."""
+        return [self._submit_own_key("held", 0, None, self.gate) for _ in range(count)]
+
+    def release_held(self) -> None:
+        """Let every held job's step (running or yet to run) end."""
+        self.gate.touch()
+
+    def _submit_own_key(self, prefix: str, seconds: float, on: str | None,
+                        gate: Path | None = None) -> int:
+        name = f"{prefix}-{len(self.accepted)}"
+        spec = ledger_mod.job_spec(name, self.ledger, name, seconds, PROBE_PRIORITY - 1, gate)
+        if on is not None:
+            spec["assigned_servers"] = [on]
+        job_id = self.api.submit(spec)
+        self.accepted.append(job_id)
+        self.lock_keys[job_id] = name
+        return job_id
 
     def submit_probe(self) -> int:
         """A job that outranks every queued one: claimed by the next claim round."""

@@ -29,20 +29,35 @@ from typing import Any
 FINAL_STATES = {"SUCCEED", "DISCARDED"}
 
 
-def step_argv(ledger: Path, sleep: float = 0.05) -> list[str]:
-    """The shell step of a chaos job: a ``start`` line, a short sleep, an ``end`` line."""
+#: How long a held step waits for its gate at most, so that a test that never opens
+#: the gate still ends (its jobs then simply run this long).
+HOLD_LIMIT = 60.0
+
+
+def step_argv(ledger: Path, sleep: float = 0.05, gate: Path | None = None) -> list[str]:
+    """The shell step of a chaos job: a ``start`` line, a short sleep, an ``end`` line.
+
+    With a ``gate``, the step is *held*: after the sleep it waits until the gate file
+    exists (see :data:`HOLD_LIMIT`). A fault test holds a few jobs so that the node it
+    hurts is surely running some at that moment, however slowly the machine submits.
+    """
     who = ("$JOBSERVER_JOB_ID $JOBSERVER_ATTEMPT $JOBSERVER_FENCE $JOBSERVER_JOB_ATTEMPT "
            "$JOBSERVER_NODE")
     path = shlex.quote(str(ledger))
-    script = (f'echo "{who} start $(date +%s.%N)" >> {path}; sleep {sleep}; '
+    wait = ""
+    if gate is not None:
+        polls = int(HOLD_LIMIT / 0.02)
+        wait = (f"i=0; while [ ! -e {shlex.quote(str(gate))} ] && [ $i -lt {polls} ]; "
+                f"do sleep 0.02; i=$((i+1)); done; ")
+    script = (f'echo "{who} start $(date +%s.%N)" >> {path}; sleep {sleep}; {wait}'
               f'echo "{who} end $(date +%s.%N)" >> {path}')
     return ["sh", "-c", script]
 
 
 def job_spec(name: str, ledger: Path, lock_key: str | None = None, sleep: float = 0.05,
-             priority: int = 0) -> dict[str, Any]:
+             priority: int = 0, gate: Path | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"name": name, "priority": priority, "steps": [
-        {"name": "s", "type": "shell", "argv": step_argv(ledger, sleep)}]}
+        {"name": "s", "type": "shell", "argv": step_argv(ledger, sleep, gate)}]}
     if lock_key is not None:
         spec["lock_key"] = lock_key
     return spec

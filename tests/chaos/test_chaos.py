@@ -18,7 +18,7 @@ import pytest
 
 from tests.chaos import ledger as ledger_mod
 from tests.chaos.cluster import (ACTIVE_LOG, BACKENDS, CAPACITY, FENCED_LOG, MODES,
-                                 PROBE_PRIORITY, ZK_SESSION_TIMEOUT, ChaosCluster, Figures,
+                                 ZK_SESSION_TIMEOUT, ChaosCluster, Figures,
                                  TcpProxy)
 from tests.chaos.conftest import make_backend
 from tests.helpers import wait_for
@@ -91,6 +91,8 @@ def test_300_jobs_run_exactly_once(harness: Harness, tmp_path: Path,
 
 # -- 2. kill -9 of the active node -----------------------------------------------------------
 FAULT_JOBS = 150
+#: held jobs submitted before the fault load: the node about to be hurt surely runs some
+HELD_JOBS = 6
 
 
 def _check_reruns(cluster: ChaosCluster, victim: str | None, wall_fault: float,
@@ -139,11 +141,13 @@ def test_kill_9_of_the_active_node(harness: Harness, tmp_path: Path,
     bound = backend.failover_bound()
     try:
         cluster.start()
+        held = cluster.submit_held(HELD_JOBS)
         cluster.submit(FAULT_JOBS)
-        victim = cluster.victim()
-        running = cluster.wait_busy(victim)
+        victim = cluster.victim(among=held)
+        running = cluster.wait_busy(victim, among=held)
         wall_kill = time.time()
         killed_at = cluster.kill9(victim)
+        cluster.release_held()
         probe = cluster.submit_probe()
         claimed_at = cluster.wait_claimed(probe, bound + 10, not_node=victim)
         figures["scheduling_resumed"] = claimed_at - killed_at
@@ -197,11 +201,13 @@ def test_sigstop_of_the_active_node(harness: Harness, tmp_path: Path,
     bound = timeout + 2
     try:
         cluster.start()
+        held = cluster.submit_held(HELD_JOBS)
         cluster.submit(FAULT_JOBS)
-        victim = cluster.victim()
-        running = cluster.wait_busy(victim)
+        victim = cluster.victim(among=held)
+        running = cluster.wait_busy(victim, among=held)
         wall_stop = time.time()
         stopped_at = cluster.sigstop(victim)
+        cluster.release_held()
         try:
             probe = cluster.submit_probe()
             claimed_at = cluster.wait_claimed(probe, 2 * timeout, not_node=victim)
@@ -318,11 +324,13 @@ def test_zookeeper_server_restart(harness: Harness, tmp_path: Path,
     figures = Figures(f"ZooKeeper {label} {cluster.label}")
     try:
         cluster.start()
+        held = cluster.submit_held(HELD_JOBS)
         cluster.submit(FAULT_JOBS)
-        cluster.wait_busy(cluster.victim())
+        cluster.wait_busy(cluster.victim(among=held), among=held)
         wall_down = time.time()
         down_at = time.monotonic()
         own_zookeeper.stop()
+        cluster.release_held()
         time.sleep(gap * ZK_SESSION_TIMEOUT)  # the outage itself: a measured, bounded gap
         own_zookeeper.start()
         up_at = time.monotonic()
@@ -366,7 +374,7 @@ def test_forced_session_expiry_of_the_active_node(harness: Harness, tmp_path: Pa
         # A few long jobs first: the cut-off node is still running them when its
         # session expires and they are re-run elsewhere, so its final writes must be
         # refused. Then the usual load.
-        long_jobs = cluster.submit(LONG_JOBS, sleep=LONG_SECONDS, priority=PROBE_PRIORITY - 1)
+        long_jobs = cluster.submit_long(LONG_JOBS, LONG_SECONDS)
         cluster.submit(FAULT_JOBS)
         victim = cluster.victim(among=long_jobs)
         running = cluster.wait_busy(victim, among=long_jobs)

@@ -23,7 +23,7 @@ import pytest
 
 from tests.chaos import ledger as ledger_mod
 from tests.chaos.cluster import (ACTIVE_LOG, DEAD_AFTER, HEARTBEAT_INTERVAL, MODES,
-                                 PROBE_PRIORITY, ZK_SESSION_TIMEOUT, ChaosCluster, Figures)
+                                 ZK_SESSION_TIMEOUT, ChaosCluster, Figures)
 from tests.chaos.conftest import make_backend
 from tests.chaos.ledger import Report
 from tests.chaos.test_chaos import _check_reruns
@@ -43,24 +43,6 @@ DRAIN_TIMEOUT = 10.0
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _submit_long(cluster: ChaosCluster, count: int, seconds: float,
-                 on: str | None = None) -> list[int]:
-    """Submit ``count`` high-priority ledger jobs whose step sleeps ``seconds``, each
-    with a ``lock_key`` of its own (none waits for another's segment); ``on`` pins
-    them to one node (``assigned_servers``)."""
-    ids = []
-    for index in range(count):
-        name = f"long-{on or 'any'}-{index}"
-        spec = ledger_mod.job_spec(name, cluster.ledger, name, seconds, PROBE_PRIORITY - 1)
-        if on is not None:
-            spec["assigned_servers"] = [on]
-        job_id = cluster.api.submit(spec)
-        cluster.accepted.append(job_id)
-        cluster.lock_keys[job_id] = name
-        ids.append(job_id)
-    return ids
-
-
 def _log_offsets(cluster: ChaosCluster) -> dict[str, int]:
     return {node_id: len(cluster.log(node_id)) for node_id in cluster.ids}
 
@@ -130,7 +112,7 @@ def test_brief_sigstop_of_the_active_node_is_ridden_out(harness: Harness, tmp_pa
         cluster.start()
         victim, active = _active_node(cluster), cluster.holder()
         cluster.submit(STOP_JOBS)
-        long_jobs = _submit_long(cluster, STOP_LONG_JOBS, STOP_LONG_SECONDS, on=victim)
+        long_jobs = cluster.submit_long(STOP_LONG_JOBS, STOP_LONG_SECONDS, on=victim)
         figures["running_at_stop"] = len(cluster.wait_busy(victim, done=0, among=long_jobs))
         offsets = _log_offsets(cluster)
         probe, claimed_in_pause = _pause(cluster, victim,
@@ -241,11 +223,11 @@ def _place_long_jobs(cluster: ChaosCluster) -> tuple[str, list[int]]:
     node for an idle one would send new work, to wait there for the drain's end."""
     victim = _active_node(cluster)
     if cluster.mode == "single":
-        return victim, _submit_long(cluster, 6, DRAIN_LONG_SECONDS)
-    long_jobs = _submit_long(cluster, 1, DRAIN_LONG_SECONDS, on=victim)
+        return victim, cluster.submit_long(6, DRAIN_LONG_SECONDS)
+    long_jobs = cluster.submit_long(1, DRAIN_LONG_SECONDS, on=victim)
     for node_id in cluster.ids:
         if node_id != victim:
-            long_jobs += _submit_long(cluster, 2, DRAIN_LONG_SECONDS, on=node_id)
+            long_jobs += cluster.submit_long(2, DRAIN_LONG_SECONDS, on=node_id)
     return victim, long_jobs
 
 
@@ -300,7 +282,7 @@ def test_second_sigterm_exits_at_once_and_loses_nothing(harness: Harness, tmp_pa
     try:
         cluster.start()
         cluster.submit(DRAIN_JOBS)
-        long_jobs = _submit_long(cluster, 6, DRAIN_LONG_SECONDS)
+        long_jobs = cluster.submit_long(6, DRAIN_LONG_SECONDS)
         victim = cluster.victim(among=long_jobs)
         cluster.wait_busy(victim, done=0, among=long_jobs)
         wall_fault = time.time()
@@ -367,7 +349,7 @@ def test_a_long_healthy_step_is_never_rescued(harness: Harness, tmp_path: Path,
     try:
         cluster.start()
         began = time.monotonic()
-        long_jobs = _submit_long(cluster, HEALTHY_LONG_JOBS, HEALTHY_STEP)
+        long_jobs = cluster.submit_long(HEALTHY_LONG_JOBS, HEALTHY_STEP)
         cluster.submit(HEALTHY_JOBS)
         report = _settle(cluster, figures)
         figures["all_done"] = time.monotonic() - began

@@ -267,6 +267,8 @@ class Node:
             self.runner.cancel_all(NODE_STOPPING, requeue=True)
             self.runner.wait_idle(5)
         self._closed.set()
+        # A thread waiting on an unreachable lock service would hold the stop up.
+        self.locks.abort_waits()
         for thread in self._threads:
             thread.join(timeout=5)
         if self._listener is not None:

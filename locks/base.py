@@ -152,5 +152,14 @@ class LockBackend(ABC):
     def _publish_leader(self, name: str, identity: str, lease: Lease) -> None:
         """Record ``identity`` as the holder of the election lease."""
 
+    def abort_waits(self) -> None:
+        """The node is stopping: calls waiting for an unreachable coordination service
+        give up now (they raise :class:`LockError` or return None) instead of waiting
+        for it to come back. Leases still held are left to :meth:`close`.
+
+        The default does nothing: it suits backends whose every wait ends within the
+        timeout its caller gave.
+        """
+
     def close(self) -> None:
         """Release everything and drop connections; leases become invalid."""

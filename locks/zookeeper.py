@@ -269,6 +269,16 @@ class ZooKeeperLockBackend(LockBackend):
         except NoNodeError:
             return 0
 
+    def abort_waits(self) -> None:
+        """kazoo's synchronous calls wait for the connection to return, whatever the
+        timeout given to a lock acquisition (a standby's acquisition was still waiting
+        20 s into an outage). Stopping the client fails them at once. Only done while
+        disconnected: connected, every wait ends within its timeout, and the session
+        stays until :meth:`close` has deleted this node's lock nodes."""
+        if not self._connected.is_set():
+            log.info("stopping during a ZooKeeper outage: calls waiting for it give up")
+            self._client.stop()
+
     def close(self) -> None:
         self._stop_expiry_timer()
         with self._mutex:

@@ -272,3 +272,48 @@ def test_zookeeper_release_cut_off_midway_ends_within_a_session_timeout(
         assert time.monotonic() - began >= session - 0.5  # it did wait for the delete
         holder._connected.clear()
         holder.close()
+
+
+def test_zookeeper_standby_waiting_for_a_lock_gives_up_when_stopped_during_an_outage(
+        tmp_path: Path) -> None:
+    """A standby is waiting for the scheduling lock when ZooKeeper goes away. kazoo
+    keeps that acquisition waiting for the connection, past its timeout; when the node
+    stops, ``abort_waits`` ends it at once and the backend closes."""
+    from jobserver.exceptions import LockError
+    from locks.zookeeper import ZooKeeperLockBackend
+    from tests.conftest import started_zookeeper
+
+    session = 4.0
+    with started_zookeeper(tmp_path / "zookeeper") as server:
+        holder = ZooKeeperLockBackend(server.hosts, "holder", root="/standby",
+                                      session_timeout=session)
+        standby = ZooKeeperLockBackend(server.hosts, "standby", root="/standby",
+                                       session_timeout=session)
+        assert holder.acquire("scheduler") is not None
+        outcome: list[object] = []
+
+        def wait_for_the_lock() -> None:
+            try:
+                outcome.append(standby.acquire("scheduler", timeout=1.0))
+            except LockError as exc:
+                outcome.append(exc)
+
+        waiting = threading.Thread(target=wait_for_the_lock, daemon=True)
+        waiting.start()
+        wait_for(lambda: standby.lock_children("scheduler") == 2, 10, 0.02,
+                 "the standby to queue behind the holder")
+        server.stop()
+        wait_for(lambda: not standby.can_claim(), 10, 0.05, "the standby to see the outage")
+        waiting.join(2.0)
+        assert waiting.is_alive(), "kazoo no longer waits for the connection: drop abort_waits?"
+        began = time.monotonic()
+        standby.abort_waits()
+        waiting.join(2.0)
+        assert not waiting.is_alive(), "the acquisition still waits for ZooKeeper"
+        assert outcome and (outcome[0] is None or isinstance(outcome[0], LockError)), outcome
+        closing = threading.Thread(target=standby.close, daemon=True)
+        closing.start()
+        closing.join(2.0)
+        assert not closing.is_alive(), "close waited for ZooKeeper"
+        assert time.monotonic() - began < 2.0
+        holder.close()

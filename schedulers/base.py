@@ -156,17 +156,21 @@ class Scheduler(ABC):
         is free or its heartbeat (store clock) is older than ``server.dead_after``.
 
         Any failed read raises before anything is moved, so a store outage never
-        leads to rescuing a live node's jobs.
+        leads to rescuing a live node's jobs. The jobs are read before the checks: a
+        node found dead may be coming back, and what it claims after it took its
+        presence lock again is not rescued.
         """
-        candidates = self.ctx.store.servers.nodes_running_jobs() - {self.ctx.node_id}
-        if not candidates:
+        owned = self.ctx.store.servers.owned_jobs()
+        owned.pop(self.ctx.node_id, None)
+        if not owned:
             return 0
-        dead = self.ctx.store.servers.stale(candidates, self.ctx.config.server.dead_after)
-        dead |= {node for node in candidates - dead
+        dead = self.ctx.store.servers.stale(set(owned), self.ctx.config.server.dead_after)
+        dead |= {node for node in set(owned) - dead
                  if self.ctx.locks.is_held(presence_key(node)) is False}
         moved = 0
         for node in sorted(dead):
-            for job_id, state in self.ctx.store.servers.requeue_orphans(node, self.ctx.node_id):
+            for job_id, state in self.ctx.store.servers.requeue_orphans(
+                    node, self.ctx.node_id, only=owned[node]):
                 log.warning("job %s was running on dead node %s: now %s", job_id, node, state,
                             extra=job_fields(job_id, node=self.ctx.node_id))
                 self.publish(NodeEvent("orphan_rescued", self.ctx.node_id, detail=node))

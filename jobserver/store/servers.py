@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
@@ -58,16 +59,26 @@ class ServerRepository:
                                 .order_by(servers.c.id)).mappings().all()
         return [ServerRecord.from_row(row) for row in rows]
 
-    def nodes_running_jobs(self) -> set[str]:
-        """Nodes that own at least one RUNNING job, or (leader mode) a READY job assigned
-        to them: the candidates for orphan checks. A node that died holding only
-        assignments would otherwise keep them forever."""
+    def owned_jobs(self) -> dict[str, set[tuple[int, int, int]]]:
+        """Each node that owns at least one RUNNING job, or (leader mode) a READY job
+        assigned to it, with its RUNNING jobs as ``(id, fence, attempt)``.
+
+        These are the candidates for orphan checks (a node that died holding only
+        assignments would otherwise keep them forever) and, read before a node is
+        judged dead, the only jobs a rescue may take from it (``requeue_orphans``).
+        """
+        owned: dict[str, set[tuple[int, int, int]]] = {}
         with self._tx.read() as conn:
-            rows = conn.execute(select(jobs.c.node).distinct()
+            rows = conn.execute(select(jobs.c.node, jobs.c.state, jobs.c.id, jobs.c.fence,
+                                       jobs.c.attempt)
                                 .where(jobs.c.state.in_([State.RUNNING.value,
                                                          State.READY.value]),
                                        jobs.c.node.is_not(None)))
-            return {row[0] for row in rows}
+            for row in rows:
+                running = owned.setdefault(row.node, set())
+                if row.state == State.RUNNING.value:
+                    running.add((row.id, row.fence, row.attempt))
+        return owned
 
     def stale(self, node_ids: set[str], dead_after: float) -> set[str]:
         """Of ``node_ids``, those with no live row: missing, stopped, or heartbeat too old."""
@@ -79,12 +90,18 @@ class ServerRepository:
                 servers.c.heartbeat_at >= store_now(-dead_after)))
             return node_ids - {row[0] for row in fresh}
 
-    def requeue_orphans(self, node_id: str, rescuer: str) -> list[tuple[int, State]]:
+    def requeue_orphans(self, node_id: str, rescuer: str,
+                        only: Collection[tuple[int, int, int]] | None = None
+                        ) -> list[tuple[int, State]]:
         """Re-queue (or fail) every job RUNNING on a dead node; exactly once per job.
 
         Each job is a compare-and-set on (id, node, fence, attempt), so two rescuers
         never both move it. A job whose running step is ``retryable: false`` goes to
-        ERROR instead of READY. Returns ``[(job_id, new_state)]``.
+        ERROR instead of READY. ``only`` limits the rescue to those ``(id, fence,
+        attempt)``: the jobs seen RUNNING there *before* the node was judged dead. A
+        node judged dead while it was coming back (its presence lock not yet taken
+        again) may have claimed jobs since, and those are its own. Returns
+        ``[(job_id, new_state)]``.
         """
         with self._tx.write() as conn:
             # Leader mode: jobs assigned to the dead node but not started go back to
@@ -94,6 +111,9 @@ class ServerRepository:
             orphans = conn.execute(select(jobs.c.id, jobs.c.fence, jobs.c.attempt)
                                    .where(jobs.c.state == State.RUNNING.value,
                                           jobs.c.node == node_id)).all()
+            if only is not None:
+                orphans = [job for job in orphans
+                           if (job.id, job.fence, job.attempt) in only]
             return [(job.id, state) for job in orphans
                     if (state := _requeue(conn, job, node_id, rescuer)) is not None]
 

@@ -23,7 +23,7 @@ from jobserver.steps import step_types
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
 from locks import create_lock_backend
-from schedulers.base import SchedulerContext
+from schedulers.base import SchedulerContext, presence_key
 from schedulers.single import SingleScheduler
 from tests.helpers import FakeLease, job_spec, wait_for
 
@@ -250,6 +250,47 @@ def test_single_mode_one_active_takeover_and_fencing(store: Store, tmp_path: Pat
                 scheduler.ctx.wake.set()
                 thread.join(5)
                 harness.close()
+
+
+class _ComesBackWhenChecked:
+    """A lock backend on which node ``B`` is absent when its presence is checked, and
+    comes back right after: it takes its presence lock again and claims a job, before
+    the rescuer re-queues what it found."""
+
+    def __init__(self, locks, store: Store) -> None:
+        self._locks, self._store = locks, store
+        self.claimed_after_check: list[int] = []
+
+    def is_held(self, key: str) -> bool | None:
+        if key != presence_key("B"):
+            return self._locks.is_held(key)
+        self.claimed_after_check += [job.id for job in
+                                     self._store.runs.claim("B", FakeLease(self._store), 1)]
+        return False
+
+    def __getattr__(self, name: str):
+        return getattr(self._locks, name)
+
+
+def test_a_rescue_takes_only_what_the_dead_node_ran_when_judged_dead(store: Store) -> None:
+    """B lost its presence lock and is found dead; meanwhile it comes back and claims
+    another job. The rescuer re-queues the job B ran before, never the new one."""
+    for node in ("A", "B"):
+        store.servers.register(node, "h", 1, "single", 4)
+    before, after = submit(store), submit(store)
+    assert [job.id for job in store.runs.claim("B", FakeLease(store), 1)] == [before]
+    locks = _ComesBackWhenChecked(create_lock_backend("memory"), store)
+    harness = Harness(store, "A")
+    try:
+        rescuer = SingleScheduler(SchedulerContext(config=CONFIG, node_id="A", store=store,
+                                                   locks=locks, runner=harness.runner))
+        assert rescuer.rescue_orphans() == 1
+    finally:
+        harness.close()
+    assert locks.claimed_after_check == [after]
+    assert store.jobs.get(before).state is State.READY
+    job = store.jobs.get(after)
+    assert (job.state, job.node) == (State.RUNNING, "B")
 
 
 def test_a_job_waiting_for_its_final_write_frees_its_slot(harness: Harness, monkeypatch) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import socket
 import threading
@@ -53,6 +54,10 @@ ACTIVE_LOCK = {"single": "scheduler/global", "leader": "election/scheduler"}
 #: What a node logs when it becomes that holder.
 ACTIVE_LOG = {"single": "is the active scheduler", "leader": "is the leader"}
 FENCED_LOG = "refused; the job now belongs to"
+#: The two ways a node notices a job was taken from it: a write refused under its
+#: fence, or (a job it had not written for yet) its watcher finding it fenced.
+NOTICED_TAKEN = re.compile(r"job (\d+) stopped: job \d+: write under fence \d+ refused; "
+                           r"the job now belongs to|job (\d+) must stop on this node: fenced")
 PROBE_PRIORITY = 1000
 #: scheduler.max_concurrent_jobs (the default): no node may run more at once
 CAPACITY = 10
@@ -148,6 +153,11 @@ class ChaosCluster:
         self.release_held()  # a failed test leaves no step waiting for its gate
         if self._store is not None:
             self._store.dispose()
+
+    def noticed_taken(self, node_id: str) -> set[int]:
+        """The jobs ``node_id`` found taken from it (see :data:`NOTICED_TAKEN`)."""
+        return {int(first or second)
+                for first, second in NOTICED_TAKEN.findall(self.log(node_id))}
 
     def kill9(self, node_id: str) -> float:
         return self.harness.kill9(self.nodes[node_id])

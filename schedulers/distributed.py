@@ -67,7 +67,7 @@ class DistributedScheduler(Scheduler):
                                           keyed=True)
         waiting = False
         for job_id, lock_key in peeked:
-            if started >= room or self.ctx.stopping.is_set():
+            if started >= room or self.ctx.stopping.is_set() or not self.ctx.present.is_set():
                 break
             if lock_key is not None:  # always, as peeked
                 claimed = self._try_job(job_id, segment_key(lock_key))
@@ -96,6 +96,12 @@ class DistributedScheduler(Scheduler):
                                    "segment")
         if lease is None:
             return 0  # another job of this segment runs somewhere
+        if not self.ctx.present.is_set():
+            # The acquisition waited out a lock-service outage in which this node's
+            # presence lock was lost: other nodes take it for dead until it is taken
+            # again, and would rescue whatever it claimed now.
+            lease.release()
+            return 0
         try:
             claimed = (self.ctx.store.runs.claim(self.ctx.node_id, lease, 1, job_ids=[job_id])
                        if self.record_lease(lease) else [])

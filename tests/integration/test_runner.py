@@ -24,6 +24,7 @@ from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
 from locks import create_lock_backend
 from schedulers.base import SchedulerContext, presence_key
+from schedulers.distributed import DistributedScheduler, segment_key
 from schedulers.single import SingleScheduler
 from tests.helpers import FakeLease, job_spec, wait_for
 
@@ -291,6 +292,42 @@ def test_a_rescue_takes_only_what_the_dead_node_ran_when_judged_dead(store: Stor
     assert store.jobs.get(before).state is State.READY
     job = store.jobs.get(after)
     assert (job.state, job.node) == (State.RUNNING, "B")
+
+
+class _PresenceLostWhileAcquiring:
+    """A lock backend whose acquisitions return only after this node's presence lock
+    was lost, as a kazoo call waits out a ZooKeeper outage."""
+
+    def __init__(self, locks, present: threading.Event) -> None:
+        self._locks, self._present = locks, present
+
+    def acquire(self, key: str, blocking: bool = True, timeout: float | None = None):
+        lease = self._locks.acquire(key, blocking=blocking, timeout=timeout)
+        self._present.clear()
+        return lease
+
+    def __getattr__(self, name: str):
+        return getattr(self._locks, name)
+
+
+def test_a_segment_lock_that_outlived_the_presence_lock_claims_nothing(store: Store) -> None:
+    """A distributed claim round began while the node was present; its segment lock
+    came back after the presence lock was lost. Other nodes take the node for dead
+    then, so it must claim nothing and let the segment go."""
+    store.servers.register("A", "h", 1, "distributed", 4)
+    first, second = submit(store, lock_key="one"), submit(store, lock_key="two")
+    memory = create_lock_backend("memory")
+    harness = Harness(store, "A")
+    try:
+        ctx = SchedulerContext(config=CONFIG, node_id="A", store=store, locks=memory,
+                               runner=harness.runner)
+        ctx.locks = _PresenceLostWhileAcquiring(memory, ctx.present)
+        assert DistributedScheduler(ctx)._claim_round() == 0
+    finally:
+        harness.close()
+    assert [store.jobs.get(job).state for job in (first, second)] == [State.READY] * 2
+    assert memory.is_held(segment_key("one")) is False
+    assert memory.is_held(segment_key("two")) is False
 
 
 def test_a_job_waiting_for_its_final_write_frees_its_slot(harness: Harness, monkeypatch) -> None:

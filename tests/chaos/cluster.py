@@ -56,8 +56,8 @@ ACTIVE_LOG = {"single": "is the active scheduler", "leader": "is the leader"}
 FENCED_LOG = "refused; the job now belongs to"
 #: The two ways a node notices a job was taken from it: a write refused under its
 #: fence, or (a job it had not written for yet) its watcher finding it fenced.
-NOTICED_TAKEN = re.compile(r"job (\d+) stopped: job \d+: write under fence \d+ refused; "
-                           r"the job now belongs to|job (\d+) must stop on this node: fenced")
+NOTICED_TAKEN = re.compile(rf"job (\d+) stopped: job \d+: write under fence \d+ "
+                           rf"{re.escape(FENCED_LOG)}|job (\d+) must stop on this node: fenced")
 PROBE_PRIORITY = 1000
 #: scheduler.max_concurrent_jobs (the default): no node may run more at once
 CAPACITY = 10

@@ -297,6 +297,8 @@ def test_leader_never_strands_jobs_on_a_dead_follower(harness: Harness, tmp_path
 # These use a ZooKeeper server of the test's own (``own_zookeeper``), stopped and started
 # again on the same port and data dir, with the PostgreSQL store.
 EXPIRED_LOG = "Session has expired"
+#: What a node logs when its ZooKeeper connection drops (it claims nothing from then on).
+SUSPENDED_LOG = "ZooKeeper connection suspended"
 LONG_JOBS = 6
 LONG_SECONDS = 2 * ZK_SESSION_TIMEOUT + 1  # outlives the cut
 
@@ -380,10 +382,17 @@ def test_forced_session_expiry_of_the_active_node(harness: Harness, tmp_path: Pa
         cluster.submit(FAULT_JOBS)
         victim = cluster.victim(among=long_jobs)
         running = cluster.wait_busy(victim, among=long_jobs)
+        noticed_before = cluster.log(victim).count(SUSPENDED_LOG)
         wall_cut = time.time()
         cut_at = time.monotonic()
         proxies[victim].cut()
         try:
+            # Until its client sees the connection drop, the victim schedules as before,
+            # and rightly so: its session lives on in the server. A probe it claims in
+            # those milliseconds would say nothing about the takeover, so the probe
+            # goes in once the victim has noticed the cut.
+            wait_for(lambda: cluster.log(victim).count(SUSPENDED_LOG) > noticed_before,
+                     ZK_SESSION_TIMEOUT, 0.02, f"{victim} to notice the cut")
             probe = cluster.submit_probe()
             figures["scheduling_resumed"] = cluster.wait_claimed(
                 probe, 2 * ZK_SESSION_TIMEOUT, not_node=victim) - cut_at

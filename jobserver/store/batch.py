@@ -133,19 +133,29 @@ class Written:
         self.jobs: set[int] = set()
 
 
+def statement() -> str:
+    """The PostgreSQL group commit statement, with pyformat placeholders (for EXPLAIN)."""
+    return _PG_COMPLETE
+
+
+def postgresql_params(completions: Sequence[Completion]) -> dict[str, Any]:
+    """The parameters of :func:`statement` for ``completions``."""
+    rows = [_row(index, completion) for index, completion in enumerate(completions)]
+    return {"rows": json.dumps(rows), "step_ids": [row["step_id"] for row in rows],
+            "job_ids": [row["job_id"] for row in rows]}
+
+
 def complete(conn: Connection, completions: Sequence[Completion]) -> Written:
     """Write every completion's step outcome (and the job's final state where set)
     with their audit rows; report which compare-and-sets matched."""
-    rows = [_row(index, completion) for index, completion in enumerate(completions)]
     if conn.dialect.name == "postgresql":
-        return _complete_postgresql(conn, rows)
-    return _complete_sqlite(conn, rows)
+        return _complete_postgresql(conn, postgresql_params(completions))
+    return _complete_sqlite(conn, [_row(index, completion)
+                                   for index, completion in enumerate(completions)])
 
 
-def _complete_postgresql(conn: Connection, rows: list[dict[str, Any]]) -> Written:
+def _complete_postgresql(conn: Connection, params: dict[str, Any]) -> Written:
     written = Written()
-    params = {"rows": json.dumps(rows), "step_ids": [row["step_id"] for row in rows],
-              "job_ids": [row["job_id"] for row in rows]}
     for kind, index in conn.exec_driver_sql(_PG_COMPLETE, params):
         (written.steps if kind == "step" else written.jobs).add(index)
     return written

@@ -25,6 +25,7 @@ from jobserver.store import Store
 from locks import create_lock_backend
 from schedulers.base import SchedulerContext, presence_key
 from schedulers.distributed import DistributedScheduler, segment_key
+from schedulers.leader import ELECTION, LeaderScheduler
 from schedulers.single import SingleScheduler
 from tests.helpers import FakeLease, job_spec, wait_for
 
@@ -328,6 +329,35 @@ def test_a_segment_lock_that_outlived_the_presence_lock_claims_nothing(store: St
     assert [store.jobs.get(job).state for job in (first, second)] == [State.READY] * 2
     assert memory.is_held(segment_key("one")) is False
     assert memory.is_held(segment_key("two")) is False
+
+
+def test_the_leader_starts_its_own_share_in_the_assignment_round(store: Store) -> None:
+    """The leader shares READY jobs among live nodes by free slots. Its own share runs
+    at once, claimed under its lease; the other node's share waits, assigned to it."""
+    for node in ("A", "B"):
+        store.servers.register(node, "h", 1, "leader", 4)
+    job_ids = [submit(store, steps=[{"name": "s", "type": "sleep", "seconds": 0.3}])
+               for _ in range(6)]
+    memory = create_lock_backend("memory")
+    memory.acquire(presence_key("B"))
+    harness = Harness(store, "A")
+    try:
+        ctx = SchedulerContext(config=CONFIG, node_id="A", store=store, locks=memory,
+                               runner=harness.runner)
+        scheduler = LeaderScheduler(ctx)
+        lease = memory.elect(ELECTION, "A")
+        assert lease is not None and scheduler.record_lease(lease)
+        scheduler.lease = lease
+        assert scheduler._assign() == 6
+        jobs = [store.jobs.get(job_id) for job_id in job_ids]
+        own = [job for job in jobs if job.node == "A"]
+        others = [job for job in jobs if job.node == "B"]
+        assert len(own) == len(others) == 3
+        assert all(job.state is not State.READY and job.fence == lease.fence for job in own)
+        assert all(job.state is State.READY and job.fence == lease.fence for job in others)
+        assert harness.runner.running_count() == 3
+    finally:
+        harness.close()
 
 
 def test_a_job_waiting_for_its_final_write_frees_its_slot(harness: Harness, monkeypatch) -> None:

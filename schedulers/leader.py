@@ -5,8 +5,8 @@ starts the jobs assigned to this node; and while this node leads, it also assign
 READY jobs to live nodes — itself included — by free capacity, honouring each job's
 ``assigned_servers``; its own share it claims at once rather than assigning it to
 itself. Assignments and that claim are written under the leader's fence, so a deposed
-leader that has not noticed yet assigns and claims nothing. Assignments to dead nodes go back to
-the pool through orphan rescue, which the leader runs.
+leader that has not noticed yet assigns and claims nothing. Assignments to dead nodes
+go back to the pool through orphan rescue, which the leader runs.
 """
 
 from __future__ import annotations

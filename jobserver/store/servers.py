@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, insert, select, update
 
@@ -11,6 +11,14 @@ from jobserver.states import State
 from jobserver.store.engine import seconds_since, store_now
 from jobserver.store.records import ServerRecord
 from jobserver.store.tables import jobs, record_events, servers, steps
+
+
+class OwnedRun(NamedTuple):
+    """One run of a job on a node: what a rescue's compare-and-set matches."""
+
+    id: int
+    fence: int
+    attempt: int
 
 
 class ServerRepository:
@@ -59,15 +67,15 @@ class ServerRepository:
                                 .order_by(servers.c.id)).mappings().all()
         return [ServerRecord.from_row(row) for row in rows]
 
-    def owned_jobs(self) -> dict[str, set[tuple[int, int, int]]]:
+    def owned_jobs(self) -> dict[str, set[OwnedRun]]:
         """Each node that owns at least one RUNNING job, or (leader mode) a READY job
-        assigned to it, with its RUNNING jobs as ``(id, fence, attempt)``.
+        assigned to it, with its RUNNING jobs.
 
         These are the candidates for orphan checks (a node that died holding only
         assignments would otherwise keep them forever) and, read before a node is
         judged dead, the only jobs a rescue may take from it (``requeue_orphans``).
         """
-        owned: dict[str, set[tuple[int, int, int]]] = {}
+        owned: dict[str, set[OwnedRun]] = {}
         with self._tx.read() as conn:
             rows = conn.execute(select(jobs.c.node, jobs.c.state, jobs.c.id, jobs.c.fence,
                                        jobs.c.attempt)
@@ -77,7 +85,7 @@ class ServerRepository:
             for row in rows:
                 running = owned.setdefault(row.node, set())
                 if row.state == State.RUNNING.value:
-                    running.add((row.id, row.fence, row.attempt))
+                    running.add(OwnedRun(row.id, row.fence, row.attempt))
         return owned
 
     def stale(self, node_ids: set[str], dead_after: float) -> set[str]:
@@ -91,29 +99,26 @@ class ServerRepository:
             return node_ids - {row[0] for row in fresh}
 
     def requeue_orphans(self, node_id: str, rescuer: str,
-                        only: Collection[tuple[int, int, int]] | None = None
+                        only: Collection[OwnedRun] | None = None
                         ) -> list[tuple[int, State]]:
         """Re-queue (or fail) every job RUNNING on a dead node; exactly once per job.
 
         Each job is a compare-and-set on (id, node, fence, attempt), so two rescuers
         never both move it. A job whose running step is ``retryable: false`` goes to
-        ERROR instead of READY. ``only`` limits the rescue to those ``(id, fence,
-        attempt)``: the jobs seen RUNNING there *before* the node was judged dead. A
-        node judged dead while it was coming back (its presence lock not yet taken
-        again) may have claimed jobs since, and those are its own. Returns
-        ``[(job_id, new_state)]``.
+        ERROR instead of READY. ``only`` limits the rescue to those runs: the jobs
+        seen RUNNING there *before* the node was judged dead (the compare-and-set
+        skips any that moved on since). A node judged dead while it was coming back
+        (its presence lock not yet taken again) may have claimed jobs since, and
+        those are its own. Returns ``[(job_id, new_state)]``.
         """
         with self._tx.write() as conn:
             # Leader mode: jobs assigned to the dead node but not started go back to
             # the pool (still READY; no state change, so no event).
             conn.execute(update(jobs).where(jobs.c.state == State.READY.value,
                                             jobs.c.node == node_id).values(node=None))
-            orphans = conn.execute(select(jobs.c.id, jobs.c.fence, jobs.c.attempt)
-                                   .where(jobs.c.state == State.RUNNING.value,
-                                          jobs.c.node == node_id)).all()
-            if only is not None:
-                orphans = [job for job in orphans
-                           if (job.id, job.fence, job.attempt) in only]
+            orphans = sorted(only) if only is not None else conn.execute(
+                select(jobs.c.id, jobs.c.fence, jobs.c.attempt)
+                .where(jobs.c.state == State.RUNNING.value, jobs.c.node == node_id)).all()
             return [(job.id, state) for job in orphans
                     if (state := _requeue(conn, job, node_id, rescuer)) is not None]
 

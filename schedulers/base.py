@@ -82,7 +82,11 @@ class Scheduler(ABC):
 
     # -- the shared core -----------------------------------------------------------------
     def room(self) -> int:
-        if not self.ctx.present.is_set():
+        """How many jobs this node may claim now: none while its presence lock is lost
+        (other nodes take it for dead and would rescue them) or while its lock
+        session is uncertain (ZooKeeper SUSPENDED: claim nothing new until the session
+        is known to live); otherwise its free slots, at most one claim batch."""
+        if not self.ctx.present.is_set() or not self.ctx.locks.can_claim():
             return 0
         return min(self.ctx.runner.free_slots(), self.ctx.config.scheduler.claim_batch)
 

@@ -47,7 +47,7 @@ class DistributedScheduler(Scheduler):
             try:
                 if rescue.due():
                     self.rescue_orphans()
-                started = self._claim_round() if self.ctx.locks.can_claim() else 0
+                self._claim_round()
             except Exception:
                 self.pause_after_error("scheduling")
                 continue

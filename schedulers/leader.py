@@ -123,7 +123,7 @@ class LeaderScheduler(Scheduler):
         """Start the leader's own share at once, under its lease. Assigning it first
         would cost every job one more write of its row, a NOTIFY and a second claim,
         for the same outcome; jobs beyond the runner's room stay unassigned."""
-        room = self.room() if self.ctx.locks.can_claim() else 0
+        room = self.room()
         if room <= 0:
             return 0
         job_ids = job_ids[:room]
@@ -142,11 +142,11 @@ class LeaderScheduler(Scheduler):
                      or self.ctx.locks.is_held(presence_key(server.id)) is not False)}
 
     def _start_assigned(self) -> int:
-        # SUSPENDED (ZooKeeper): a node cut off its session starts nothing, not even
-        # what a leader gave it. If the session expires, the new leader takes those
-        # assignments back; a job started meanwhile would run here and, once rescued,
-        # on another node as well.
-        room = self.room() if self.ctx.locks.can_claim() else 0
+        # room() is 0 while SUSPENDED (ZooKeeper): a node cut off its session starts
+        # nothing, not even what a leader gave it. If the session expires, the new
+        # leader takes those assignments back; a job started meanwhile would run here
+        # and, once rescued, on another node as well.
+        room = self.room()
         if room <= 0:
             return 0
         return self.start(self.ctx.store.runs.claim_assigned(self.ctx.node_id, room))

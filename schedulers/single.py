@@ -56,8 +56,7 @@ class SingleScheduler(Scheduler):
             try:
                 if rescue.due():
                     self.rescue_orphans()
-                # SUSPENDED (ZooKeeper): claim nothing new until the session is certain.
-                claimed = self.dispatch(lease) if self.ctx.locks.can_claim() else 0
+                self.dispatch(lease)
             except Exception:
                 self.pause_after_error("scheduling")
                 continue

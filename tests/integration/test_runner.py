@@ -58,6 +58,11 @@ class Harness:
         self.runner = Runner(store, step_types(PYTHON_STEPS), CONFIG.steps.shell, 4)
         self.runner.start()
 
+    def context(self, locks) -> SchedulerContext:
+        """A scheduler context for this node and runner, with the lock backend ``locks``."""
+        return SchedulerContext(config=CONFIG, node_id=self.node, store=self.store,
+                                locks=locks, runner=self.runner)
+
     def claim(self, fence: int = 1) -> None:
         for job in self.store.runs.claim(self.node, FakeLease(self.store), 10):
             self.runner.submit(job)
@@ -208,9 +213,7 @@ def test_rerun_starts_over(harness: Harness) -> None:
 
 def _scheduler(store: Store, locks, node: str) -> tuple[SingleScheduler, Harness, threading.Thread]:
     harness = Harness(store, node)
-    ctx = SchedulerContext(config=CONFIG, node_id=node, store=store, locks=locks,
-                           runner=harness.runner)
-    scheduler = SingleScheduler(ctx)
+    scheduler = SingleScheduler(harness.context(locks))
     thread = threading.Thread(target=scheduler.run, daemon=True)
     thread.start()
     return scheduler, harness, thread
@@ -284,8 +287,7 @@ def test_a_rescue_takes_only_what_the_dead_node_ran_when_judged_dead(store: Stor
     locks = _ComesBackWhenChecked(create_lock_backend("memory"), store)
     harness = Harness(store, "A")
     try:
-        rescuer = SingleScheduler(SchedulerContext(config=CONFIG, node_id="A", store=store,
-                                                   locks=locks, runner=harness.runner))
+        rescuer = SingleScheduler(harness.context(locks))
         assert rescuer.rescue_orphans() == 1
     finally:
         harness.close()
@@ -320,8 +322,7 @@ def test_a_segment_lock_that_outlived_the_presence_lock_claims_nothing(store: St
     memory = create_lock_backend("memory")
     harness = Harness(store, "A")
     try:
-        ctx = SchedulerContext(config=CONFIG, node_id="A", store=store, locks=memory,
-                               runner=harness.runner)
+        ctx = harness.context(memory)
         ctx.locks = _PresenceLostWhileAcquiring(memory, ctx.present)
         assert DistributedScheduler(ctx)._claim_round() == 0
     finally:
@@ -342,9 +343,7 @@ def test_the_leader_starts_its_own_share_in_the_assignment_round(store: Store) -
     memory.acquire(presence_key("B"))
     harness = Harness(store, "A")
     try:
-        ctx = SchedulerContext(config=CONFIG, node_id="A", store=store, locks=memory,
-                               runner=harness.runner)
-        scheduler = LeaderScheduler(ctx)
+        scheduler = LeaderScheduler(harness.context(memory))
         lease = memory.elect(ELECTION, "A")
         assert lease is not None and scheduler.record_lease(lease)
         scheduler.lease = lease

@@ -207,6 +207,27 @@ def store_for(backend: str, work: Path) -> Iterator[str]:
         yield url
 
 
+@dataclass
+class GlobalLease:
+    """The global scheduling lease as the store knows it (``key``, ``fence``): enough to
+    claim through the store outside a node, as a single-mode node would."""
+
+    key: str
+    fence: int
+
+    KEY = "scheduler/global"
+
+    @classmethod
+    def drawn(cls, store: Any, holder: str) -> GlobalLease:
+        """A fresh fence for ``holder``, recorded as the newest of the key."""
+        return cls(cls.KEY, store.epochs.bump(cls.KEY, holder))
+
+    def claim_params(self, node: str, limit: int) -> dict[str, Any]:
+        """The parameters of ``pgclaim.statement("open")`` for ``node``."""
+        return dict(node=node, fence=self.fence, key=self.key, limit=limit,
+                    pattern=f'%"{node}"%')
+
+
 # -- queueing ----------------------------------------------------------------------------
 JOB_COLUMNS = ("name", "state", "priority", "lock_key", "assigned_servers", "params",
                "parallelism", "not_before", "idempotency_key", "request_hash", "node",

@@ -11,15 +11,7 @@ Output goes to stdout and ``bench/results/profiles/explain-<mix>-<N>.txt``.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-
-from bench.common import RESULTS_DIR, queue_jobs, store_for, Options
-
-
-@dataclass
-class _Lease:
-    key: str
-    fence: int
+from bench.common import RESULTS_DIR, GlobalLease, Options, queue_jobs, store_for
 
 
 def explain(size: int, mix: str, limit: int = 32) -> str:
@@ -33,11 +25,10 @@ def explain(size: int, mix: str, limit: int = 32) -> str:
         else:
             queue_jobs(url, size)
         store = Store(url, notify=False)
-        fence = store.epochs.bump("scheduler/global", "explain")
-        store.runs.claim("explain", _Lease("scheduler/global", fence), limit)  # as a node would
+        lease = GlobalLease.drawn(store, "explain")
+        store.runs.claim("explain", lease, limit)  # as a node would
         sql = pgclaim.statement("open")
-        params = dict(node="explain", fence=fence, key="scheduler/global", limit=limit,
-                      pattern='%"explain"%')
+        params = lease.claim_params("explain", limit)
         raw = store.engine.raw_connection()
         try:
             cursor = raw.cursor()

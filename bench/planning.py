@@ -24,19 +24,13 @@ import re
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from bench.common import Options, libpq_dsn, queue_jobs, store_for, write_result
+from bench.common import (GlobalLease, Options, libpq_dsn, queue_jobs, store_for,
+                          write_result)
 
 READY_JOBS = 20_000
 GROWN_TO = 200_000
-
-
-@dataclass
-class _Lease:
-    key: str
-    fence: int
 
 
 def _completion_params(jobs: list[Any], fence: int) -> dict[str, Any]:
@@ -61,11 +55,11 @@ def _explain(cursor: Any, sql: str, params: dict[str, Any]) -> tuple[float, floa
     return float(planning.group(1)), float(execution.group(1))
 
 
-def _claimer(url: str) -> tuple[Any, _Lease]:
+def _claimer(url: str) -> tuple[Any, GlobalLease]:
     from jobserver.store import Store
 
     store = Store(url, notify=False)
-    return store, _Lease("scheduler/global", store.epochs.bump("scheduler/global", "bench"))
+    return store, GlobalLease.drawn(store, "bench")
 
 
 def split(opts: Options, batch: int, rounds: int) -> list[dict[str, Any]]:
@@ -76,8 +70,7 @@ def split(opts: Options, batch: int, rounds: int) -> list[dict[str, Any]]:
         store, lease = _claimer(url)
         raw = store.engine.raw_connection()
         times: dict[str, list[tuple[float, float]]] = {"claim": [], "complete": []}
-        claim_params = dict(node="bench", fence=lease.fence, key=lease.key, limit=batch,
-                            pattern='%"bench"%')
+        claim_params = lease.claim_params("bench", batch)
         try:
             cursor = raw.cursor()
             for _ in range(rounds):

@@ -136,7 +136,8 @@ def _force_loss(setup: Setup, backend: LockBackend) -> None:
         with setup.store.engine.connect() as conn:
             killed = conn.exec_driver_sql(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = 'jobserver-locks test-node'").scalar()
+                "WHERE application_name = 'jobserver-locks test-node' "
+                "AND datname = current_database()").scalar()  # not another run's
         assert killed == 1
     else:  # a second client on the same session closes it: the session expires
         from kazoo.client import KazooClient

@@ -22,6 +22,12 @@ PG_ADMIN_URL = os.environ.get("JOBSERVER_TEST_PG", "postgresql://postgres@127.0.
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``long`` tests first. Under ``make test`` two processes share the suite; a
+    three-minute test collected late would end the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 def missing_service(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"{reason} (CI=true: required services must be present)")

@@ -26,7 +26,7 @@ ROW_KEYS = {
     "profile": {"store", "mode", "statements_per_job", "commits_per_job"},
 }
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.long]
 
 
 def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:

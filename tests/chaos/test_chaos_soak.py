@@ -58,7 +58,7 @@ from tests.chaos.test_chaos_services import KeyedSubmit, advisory_holders, termi
 from tests.helpers import wait_for
 from tests.integration.nodes import Harness, Proc
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.long]
 
 T = TypeVar("T")
 

@@ -17,6 +17,7 @@ import threading
 from jobserver.config import SchedulerMode
 from locks.base import Lease
 from jobserver.events import NodeEvent
+from jobserver.store.records import NodeLoad
 from schedulers.base import Scheduler, Ticker, presence_key
 
 log = logging.getLogger(__name__)
@@ -55,16 +56,23 @@ class LeaderScheduler(Scheduler):
         poll = self.ctx.config.scheduler.poll_interval
         while not self.ctx.stopping.is_set():
             try:
-                if self._leading() and rescue.due():
-                    self.rescue_orphans()
-                assigned = self._assign() if self._leading() else 0
-                started = self._start_assigned()
+                moved = self._round(rescue)
             except Exception:
                 self.pause_after_error("scheduling")
                 continue
-            if not (assigned or started) or self.ctx.runner.free_slots() == 0:
+            if not moved or self.ctx.runner.free_slots() == 0:
                 self.wait_for_work(poll)
         election.join(ELECTION_WAIT * 2)
+
+    def _round(self, rescue: Ticker) -> int:
+        """One pass of the work loop: while leading, rescue orphans when due and
+        assign; then start the jobs assigned to this node, unless the load the
+        assignment read shows none. Returns the jobs given out or started."""
+        leading = self._leading()
+        if leading and rescue.due():
+            self.rescue_orphans()
+        assigned, waiting_here = self._assign() if leading else (0, True)
+        return assigned + (self._start_assigned() if waiting_here else 0)
 
     def _leading(self) -> bool:
         lease = self.lease
@@ -105,19 +113,24 @@ class LeaderScheduler(Scheduler):
         except Exception:
             log.warning("could not record role %s", role, exc_info=True)
 
-    def _assign(self) -> int:
-        """One assignment round; the jobs given to other nodes plus those started here."""
+    def _assign(self) -> tuple[int, bool]:
+        """One assignment round: the jobs given to other nodes plus those started here,
+        and whether jobs assigned to this node may be waiting (by an earlier leader:
+        this one never assigns to itself), so that the round can skip looking for
+        them when the load it read shows none."""
         lease = self.lease
         if lease is None:
-            return 0
-        free = self._free_slots()
+            return 0, True
+        load = self.ctx.store.runs.load_by_node()
+        waiting_here = load.get(self.ctx.node_id, NodeLoad(0, 0)).assigned > 0
+        free = self._free_slots(load)
         total = sum(free.values())
         if total <= 0:
-            return 0
+            return 0, waiting_here
         plan = plan_assignments(self.ctx.store.runs.unassigned(total), free)
         own = plan.pop(self.ctx.node_id, [])
         assigned = self.ctx.store.runs.assign(lease, plan) if plan else 0
-        return assigned + (self._claim_own(lease, own) if own else 0)
+        return assigned + (self._claim_own(lease, own) if own else 0), waiting_here
 
     def _claim_own(self, lease: Lease, job_ids: list[int]) -> int:
         """Start the leader's own share at once, under its lease. Assigning it first
@@ -130,12 +143,11 @@ class LeaderScheduler(Scheduler):
         return self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, len(job_ids),
                                                     job_ids=job_ids))
 
-    def _free_slots(self) -> dict[str, int]:
+    def _free_slots(self, load: dict[str, NodeLoad]) -> dict[str, int]:
         dead_after = self.ctx.config.server.dead_after
-        load = self.ctx.store.runs.load_by_node()
         # A node whose presence lock is free is dead even while its last heartbeat is
         # fresh: assigning to it would strand the jobs until the heartbeat goes stale.
-        return {server.id: server.capacity - load.get(server.id, 0)
+        return {server.id: server.capacity - load.get(server.id, NodeLoad(0, 0)).total
                 for server in self.ctx.store.servers.list()
                 if server.state == "alive" and server.heartbeat_age <= dead_after
                 and (server.id == self.ctx.node_id

@@ -9,7 +9,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobserver.states import State
 
@@ -26,6 +26,18 @@ def _from_mapping(cls: type, mapping: Any, **extra: Any) -> Any:
     values = {name: value for name, value in mapping.items() if name in names}
     values.update(extra)
     return cls(**values)
+
+
+class NodeLoad(NamedTuple):
+    """The jobs one node holds: RUNNING there, and READY but assigned to it (leader
+    mode's assignments, which the node has not started yet)."""
+
+    running: int
+    assigned: int
+
+    @property
+    def total(self) -> int:
+        return self.running + self.assigned
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from jobserver.states import State
 from jobserver.store import batch, pgclaim
 from jobserver.store.engine import store_now
 from jobserver.store.epochs import is_current
-from jobserver.store.records import (ClaimToken, Completion, JobRecord, StepOutcome,
-                                     StepRecord)
+from jobserver.store.records import (ClaimToken, Completion, JobRecord, NodeLoad,
+                                     StepOutcome, StepRecord)
 from jobserver.store.tables import jobs, record_events, steps
 
 
@@ -150,13 +150,18 @@ class RunRepository:
             return [(row.id, json.loads(row.assigned_servers) if row.assigned_servers else None)
                     for row in conn.execute(query)]
 
-    def load_by_node(self) -> dict[str, int]:
-        """Jobs each node holds: started (RUNNING) or assigned to it (READY)."""
-        query = (select(jobs.c.node, func.count())
+    def load_by_node(self) -> dict[str, NodeLoad]:
+        """Jobs each node holds: started (RUNNING) and assigned to it (READY)."""
+        query = (select(jobs.c.node, jobs.c.state, func.count())
                  .where(jobs.c.state.in_([State.READY.value, State.RUNNING.value]),
-                        jobs.c.node.is_not(None)).group_by(jobs.c.node))
+                        jobs.c.node.is_not(None)).group_by(jobs.c.node, jobs.c.state))
+        counts: dict[str, dict[str, int]] = {}
         with self._tx.read() as conn:
-            return {node: int(count) for node, count in conn.execute(query)}
+            for node, state, count in conn.execute(query):
+                counts.setdefault(node, {})[state] = int(count)
+        return {node: NodeLoad(running=by_state.get(State.RUNNING.value, 0),
+                               assigned=by_state.get(State.READY.value, 0))
+                for node, by_state in counts.items()}
 
     def peek(self, node: str, limit: int, keyed: bool | None = None
              ) -> list[tuple[int, str | None]]:

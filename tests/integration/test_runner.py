@@ -23,7 +23,7 @@ from jobserver.steps import step_types
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
 from locks import create_lock_backend
-from schedulers.base import SchedulerContext, presence_key
+from schedulers.base import SchedulerContext, Ticker, presence_key
 from schedulers.distributed import DistributedScheduler, segment_key
 from schedulers.leader import ELECTION, LeaderScheduler
 from schedulers.single import SingleScheduler
@@ -332,6 +332,15 @@ def test_a_segment_lock_that_outlived_the_presence_lock_claims_nothing(store: St
     assert memory.is_held(segment_key("two")) is False
 
 
+def leading(harness: Harness, locks) -> LeaderScheduler:
+    """A leader-mode scheduler of ``harness``'s node that has just won the election."""
+    scheduler = LeaderScheduler(harness.context(locks))
+    lease = locks.elect(ELECTION, harness.node)
+    assert lease is not None and scheduler.record_lease(lease)
+    scheduler.lease = lease
+    return scheduler
+
+
 def test_the_leader_starts_its_own_share_in_the_assignment_round(store: Store) -> None:
     """The leader shares READY jobs among live nodes by free slots. Its own share runs
     at once, claimed under its lease; the other node's share waits, assigned to it."""
@@ -343,11 +352,9 @@ def test_the_leader_starts_its_own_share_in_the_assignment_round(store: Store) -
     memory.acquire(presence_key("B"))
     harness = Harness(store, "A")
     try:
-        scheduler = LeaderScheduler(harness.context(memory))
-        lease = memory.elect(ELECTION, "A")
-        assert lease is not None and scheduler.record_lease(lease)
-        scheduler.lease = lease
-        assert scheduler._assign() == 6
+        scheduler = leading(harness, memory)
+        lease = scheduler.lease
+        assert scheduler._assign() == (6, False)  # none waits assigned to A
         jobs = [store.jobs.get(job_id) for job_id in job_ids]
         own = [job for job in jobs if job.node == "A"]
         others = [job for job in jobs if job.node == "B"]
@@ -355,6 +362,29 @@ def test_the_leader_starts_its_own_share_in_the_assignment_round(store: Store) -
         assert all(job.state is not State.READY and job.fence == lease.fence for job in own)
         assert all(job.state is State.READY and job.fence == lease.fence for job in others)
         assert harness.runner.running_count() == 3
+    finally:
+        harness.close()
+
+
+def test_a_new_leader_starts_what_an_earlier_leader_assigned_to_it(store: Store) -> None:
+    """A leader never assigns jobs to itself, and its rounds look for jobs assigned to
+    it only while the load they read shows some. Those an earlier leader gave it before
+    it took over must still start."""
+    store.servers.register("A", "h", 1, "leader", 4)
+    job_ids = [submit(store) for _ in range(3)]
+    memory = create_lock_backend("memory")
+    earlier = memory.elect(ELECTION, "B")
+    assert earlier is not None and store.epochs.advance(earlier.key, earlier.fence, "B")
+    assert store.runs.assign(earlier, {"A": job_ids}) == 3
+    earlier.release()
+    harness = Harness(store, "A")
+    try:
+        scheduler = leading(harness, memory)
+        assert scheduler._round(Ticker(60)) == 3
+        for job_id in job_ids:
+            job = harness.finished(job_id)
+            assert job.state is State.SUCCEED and job.node == "A"
+        assert scheduler._round(Ticker(60)) == 0
     finally:
         harness.close()
 

@@ -13,7 +13,7 @@ from jobserver.exceptions import FencedOff
 from jobserver.spec import Policy, parse_job, validate_job
 from jobserver.states import Operation, State
 from jobserver.store import Store, pgclaim
-from jobserver.store.records import Completion, StepOutcome
+from jobserver.store.records import Completion, NodeLoad, StepOutcome
 from jobserver.store.runs import ready_candidates
 from jobserver.store.tables import jobs
 from tests.conftest import open_store
@@ -133,8 +133,37 @@ def test_leader_assignments(store: Store) -> None:
     assert store.runs.assign(leader, {"n1": [first], "n2": [second]}) == 2
     assert store.runs.claim("n3", FakeLease(store), 10) == []  # assigned jobs are taken
     assert [job.id for job in store.runs.claim_assigned("n1", 10)] == [first]
+    assert store.runs.load_by_node() == {"n1": NodeLoad(running=1, assigned=0),
+                                         "n2": NodeLoad(running=0, assigned=1)}
     store.servers.requeue_orphans("n2", "leader")  # n2 died before starting its job
     assert store.jobs.get(second).node is None and store.jobs.get(second).state is State.READY
+
+
+@pytest.mark.parametrize("driver", ["postgresql", "postgresql+psycopg2"])
+def test_a_submit_is_stamped_in_utc_whatever_the_sessions_time_zone(
+        pg_store_session: Store, pg_url: str, driver: str) -> None:
+    """PostgreSQL's one-statement submit reads the stored row back through the driver,
+    which gives timestamps in the session's time zone; the API answers in UTC."""
+    database = pg_url.rsplit("/", 1)[1]
+    with pg_store_session.engine.connect() as conn:
+        conn.exec_driver_sql(f'ALTER DATABASE "{database}" SET timezone TO \'Asia/Tokyo\'')
+        conn.commit()
+    store = Store(driver + "://" + pg_url.split("://", 1)[1])
+    try:
+        with store.tx.read() as conn:
+            assert conn.exec_driver_sql("SHOW timezone").scalar() == "Asia/Tokyo"
+        before = datetime.now(timezone.utc)
+        spec = parse_job(json.dumps(job_spec(not_before=before.isoformat())))
+        job, _ = store.jobs.submit(spec, validate_job(spec, POLICY))
+        for stamp in (job.created_at, job.updated_at, job.not_before):
+            assert stamp.utcoffset() == timedelta(0), stamp
+        assert job.not_before == before
+        assert before <= job.created_at <= datetime.now(timezone.utc)
+    finally:
+        store.dispose()
+        with pg_store_session.engine.connect() as conn:
+            conn.exec_driver_sql(f'ALTER DATABASE "{database}" RESET timezone')
+            conn.commit()
 
 
 def test_group_commit_reports_each_completion(store: Store) -> None:

@@ -1,0 +1,76 @@
+"""How many jobs a second one node's HTTP API takes in.
+
+    python -m bench.ingest               # 4,000 POSTs from 16 keep-alive clients
+    python -m bench.ingest 8000 32
+
+Scenario 2's run at 80 % of the peak showed the API, not the scheduler, limiting the
+submit rate. This tool measures that limit alone: one node (PostgreSQL store and locks,
+NOTIFY on, the default two API workers, the scheduler running the jobs as they come),
+clients POSTing one no-op job each as fast as the API answers. Writes
+``bench/results/ingest.json``. Not part of ``make bench``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from bench.common import (ApiClient, Cluster, Options, cpu_seconds, log, stamp_job,
+                          store_for, tree_pids, write_result)
+
+POSTS = 4_000
+CLIENTS = 16
+
+
+def post_all(port: int, count: int, clients: int) -> float:
+    """POST ``count`` jobs from ``clients`` threads; the seconds it took."""
+    left, lock = [count], threading.Lock()
+
+    def client_loop() -> None:
+        client = ApiClient(port)
+        client.submit(stamp_job())  # connect before the clock starts mattering
+        try:
+            while True:
+                with lock:
+                    if left[0] <= 0:
+                        return
+                    left[0] -= 1
+                client.submit(stamp_job())
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
+def main(argv: list[str]) -> None:
+    count = int(argv[0]) if argv else POSTS
+    clients = int(argv[1]) if len(argv) > 1 else CLIENTS
+    opts = Options(command="python -m bench.ingest " + " ".join(argv))
+    with store_for("postgres", opts.work_dir / "store") as url, Cluster(
+            opts.work_dir, url, "postgres", "single", SCHEDULER__NOTIFY="true",
+            API__SUBMIT_RATE=1_000_000, API__SUBMIT_BURST=1_000_000) as cluster:
+        node = cluster.start("n1")
+        cluster.wait_registered(api=True)
+        time.sleep(1.0)
+        api = [pid for pid in tree_pids(node.pid) if pid != node.pid]
+        cpu_before = {pid: cpu_seconds(pid) for pid in [node.pid, *api]}
+        seconds = post_all(cluster.port, count, clients)
+        spent = {pid: cpu_seconds(pid) - before for pid, before in cpu_before.items()}
+    rate = count / seconds
+    log(f"ingest: {count} POSTs from {clients} clients in {seconds:.2f} s: {rate:.0f}/s")
+    write_result("ingest", opts, [{
+        "posts": count, "clients": clients, "seconds": round(seconds, 3),
+        "posts_per_s": round(rate, 1),
+        "api_cpu_ms_per_post": round(sum(spent[pid] for pid in api) * 1000 / count, 3),
+        "node_cpu_ms_per_job": round(spent[node.pid] * 1000 / count, 3)}])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -34,11 +34,17 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+        return as_utc(value)
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """A stored timestamp as an aware UTC datetime: naive values (SQLite) are UTC, aware
+    ones (PostgreSQL, in the session's time zone) are converted."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
 
 
 NAMING = {

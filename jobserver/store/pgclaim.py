@@ -21,12 +21,13 @@ aggregate was quadratic in the batch size.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
 
 from jobserver.states import State
+from jobserver.store.models import as_utc
 from jobserver.store.records import JobRecord, StepRecord
 from jobserver.store.tables import jobs
 
@@ -149,5 +150,5 @@ def step_from_json(item: dict[str, Any]) -> StepRecord:
     item["state"] = State(item["state"])
     for name in ("started_at", "finished_at"):
         if item[name] is not None:
-            item[name] = datetime.fromisoformat(item[name]).astimezone(timezone.utc)
+            item[name] = as_utc(datetime.fromisoformat(item[name]))
     return StepRecord(**item)

@@ -224,8 +224,9 @@ class GlobalLease:
 
     def claim_params(self, node: str, limit: int) -> dict[str, Any]:
         """The parameters of ``pgclaim.statement("open")`` for ``node``."""
-        return dict(node=node, fence=self.fence, key=self.key, limit=limit,
-                    pattern=f'%"{node}"%')
+        from jobserver.store.runs import open_claim_params
+
+        return open_claim_params(node, self, limit)
 
 
 # -- queueing ----------------------------------------------------------------------------

@@ -40,12 +40,24 @@ class LeaseRef(Protocol):
     fence: int
 
 
+def _allowed_pattern(node: str) -> str:
+    """The LIKE pattern of a job's ``assigned_servers`` (a JSON list) that names ``node``."""
+    return "%" + _like_escape(json.dumps(node)) + "%"
+
+
+def open_claim_params(node: str, lease: LeaseRef, limit: int) -> dict[str, Any]:
+    """The parameters of PostgreSQL's claim of unassigned jobs (the ``open`` variants of
+    :mod:`jobserver.store.pgclaim`) by ``node`` under ``lease``."""
+    return dict(node=node, fence=lease.fence, key=lease.key, limit=limit,
+                pattern=_allowed_pattern(node))
+
+
 def ready_candidates(node: str, limit: int, dialect: str, job_ids: list[int] | None = None,
                      keyed: bool | None = None):
     """The ids ``node`` may claim next: READY, unassigned, due, allowed on this node;
     only jobs with a ``lock_key`` (``keyed``), only jobs without one (not ``keyed``)
     or both (None)."""
-    pattern = "%" + _like_escape(json.dumps(node)) + "%"
+    pattern = _allowed_pattern(node)
     query = (select(jobs.c.id)
              .where(jobs.c.state == State.READY.value, jobs.c.node.is_(None),
                     or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()),
@@ -83,9 +95,7 @@ class RunRepository:
         claimers never wait on each other.
         """
         if self._tx.dialect == "postgresql":
-            pattern = "%" + _like_escape(json.dumps(node)) + "%"
-            params = dict(node=node, fence=lease.fence, key=lease.key, limit=limit,
-                          pattern=pattern)
+            params = open_claim_params(node, lease, limit)
             if job_ids is not None:
                 return self._claim_postgresql("open-ids", job_ids=list(job_ids), **params)
             return self._claim_postgresql("open-keyless" if keyless else "open", **params)
@@ -152,16 +162,14 @@ class RunRepository:
 
     def load_by_node(self) -> dict[str, NodeLoad]:
         """Jobs each node holds: started (RUNNING) and assigned to it (READY)."""
-        query = (select(jobs.c.node, jobs.c.state, func.count())
+        query = (select(jobs.c.node,
+                        func.count().filter(jobs.c.state == State.RUNNING.value),
+                        func.count().filter(jobs.c.state == State.READY.value))
                  .where(jobs.c.state.in_([State.READY.value, State.RUNNING.value]),
-                        jobs.c.node.is_not(None)).group_by(jobs.c.node, jobs.c.state))
-        counts: dict[str, dict[str, int]] = {}
+                        jobs.c.node.is_not(None)).group_by(jobs.c.node))
         with self._tx.read() as conn:
-            for node, state, count in conn.execute(query):
-                counts.setdefault(node, {})[state] = int(count)
-        return {node: NodeLoad(running=by_state.get(State.RUNNING.value, 0),
-                               assigned=by_state.get(State.READY.value, 0))
-                for node, by_state in counts.items()}
+            return {node: NodeLoad(int(running), int(assigned))
+                    for node, running, assigned in conn.execute(query)}
 
     def peek(self, node: str, limit: int, keyed: bool | None = None
              ) -> list[tuple[int, str | None]]:

@@ -19,13 +19,15 @@ run: $(STAMP)
 ## Test processes running the suite side by side (pytest-xdist); 0 runs it in this one.
 TEST_WORKERS ?= 2
 
+PYTEST = $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+
 ## Run the whole test suite (PostgreSQL and ZooKeeper tests skip loudly if absent, fail in CI).
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 ## The suite without the slow cluster and chaos tests.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m 'not slow and not chaos' $(PYTEST_ARGS)
+	$(PYTEST) -m 'not slow and not chaos' $(PYTEST_ARGS)
 
 ## The benchmark (bench/): every scenario, tables on stdout, JSON in bench/results/.
 ## BENCH_ARGS='--smoke' for the 10-second-per-scenario version, '--only latency' etc.

@@ -13,7 +13,7 @@ measured jobs are queued:
   under a full table, not the wait behind N jobs.
 
 Either rate is the steady one: jobs per second between the 10th and the 90th
-percentile of the measured jobs' finish times (:func:`bench.common.drain_rate`), so
+percentile of the measured jobs' finish times (:func:`bench.stores.drain_rate`), so
 neither the node's start nor the drain's tail, nor the latency jobs, weigh in.
 """
 
@@ -23,9 +23,10 @@ import threading
 import time
 from typing import Any
 
-from bench.common import (Cluster, Options, drain_rate, log, queue_jobs, stamp_job, stamps,
-                          store_for, wait_all_done, write_result)
+from bench.cluster import Cluster
+from bench.common import Options, log, stamp_job, write_result
 from bench.latency import measure, submit_idle
+from bench.stores import drain_rate, queue_jobs, store_for, wait_all_done
 
 #: READY jobs whose drain gives the claim rate: about 4 s at 2,500 jobs/s.
 MEASURE_READY = 10_000
@@ -34,7 +35,7 @@ WARM_UP = 2_000
 
 
 def _submit_priority(port: int, count: int, out: list) -> None:
-    from bench.common import ApiClient
+    from bench.cluster import ApiClient
     import random
 
     client = ApiClient(port)

@@ -11,7 +11,8 @@ Output goes to stdout and ``bench/results/profiles/explain-<mix>-<N>.txt``.
 from __future__ import annotations
 
 import sys
-from bench.common import RESULTS_DIR, GlobalLease, Options, queue_jobs, store_for
+from bench.common import RESULTS_DIR, Options
+from bench.stores import GlobalLease, queue_jobs, store_for
 
 
 def explain(size: int, mix: str, limit: int = 32) -> str:

@@ -20,7 +20,9 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from bench.common import Cluster, Options, log, queue_jobs, stamp_job, store_for, write_result
+from bench.cluster import Cluster
+from bench.common import Options, log, stamp_job, write_result
+from bench.stores import queue_jobs, store_for
 
 BACKENDS = [("sqlite", "file"), ("postgres", "postgres"), ("postgres", "zookeeper")]
 LEASE_KEY = {"single": "scheduler/global", "leader": "election/scheduler"}

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 import subprocess
 
-from bench.common import Options, log, pg_database, shell_quote, write_result
+from bench.common import Options, log, shell_quote, write_result
+from bench.stores import pg_database
 
 
 def run(opts: Options) -> list[dict]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.common import (Cluster, Options, log, queue_jobs, rss_kb, stamp_job, store_for,
-                          tree_pids, write_result)
+from bench.cluster import Cluster
+from bench.common import Options, log, rss_kb, stamp_job, tree_pids, write_result
+from bench.stores import queue_jobs, store_for
 
 
 def _sample(pid: int) -> dict[str, float]:

@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import (ROOT, ApiClient, Cluster, Options, epoch_seconds, log, poll_engine,
-                          stamp_job, stamps, store_for, write_result)
+from bench.cluster import ApiClient, Cluster
+from bench.common import ROOT, Options, epoch_seconds, log, stamp_job, write_result
+from bench.stores import poll_engine, stamps, store_for
 
 TRACING = ROOT / "bench" / "tracing"
 JOBS = 300

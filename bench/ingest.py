@@ -16,8 +16,9 @@ import sys
 import threading
 import time
 
-from bench.common import (ApiClient, Cluster, Options, cpu_seconds, log, stamp_job,
-                          store_for, tree_pids, write_result)
+from bench.cluster import ApiClient, Cluster
+from bench.common import Options, cpu_seconds, log, stamp_job, tree_pids, write_result
+from bench.stores import store_for
 
 POSTS = 4_000
 CLIENTS = 16

@@ -16,9 +16,9 @@ import threading
 import time
 from typing import Any
 
-from bench.common import (ApiClient, Cluster, Options, latency_summary, loadavg, log,
-                          one_at_a_time, open_loop, stamp_job, stamps, store_for,
-                          wait_all_done, write_result)
+from bench.cluster import ApiClient, Cluster, one_at_a_time, open_loop
+from bench.common import Options, latency_summary, loadavg, log, stamp_job, write_result
+from bench.stores import stamps, store_for, wait_all_done
 
 #: Submit rates under load, as fractions of the measured 1-node drain rate.
 LOAD_FRACTIONS = [0.8]
@@ -74,7 +74,8 @@ def split(url: str, sent: list[tuple[int, float]], started: dict[int, float]) ->
     inserted -> claimed (``started_at``), claimed -> step body's first instruction."""
     from sqlalchemy import text
 
-    from bench.common import epoch_seconds, percentile, poll_engine
+    from bench.common import epoch_seconds, percentile
+    from bench.stores import poll_engine
 
     ids = [job_id for job_id, _ in sent]
     with poll_engine(url).connect() as conn:

@@ -26,8 +26,8 @@ import sys
 import time
 from typing import Any
 
-from bench.common import (GlobalLease, Options, libpq_dsn, queue_jobs, store_for,
-                          write_result)
+from bench.common import Options, write_result
+from bench.stores import GlobalLease, libpq_dsn, queue_jobs, store_for
 
 READY_JOBS = 20_000
 GROWN_TO = 200_000

@@ -22,8 +22,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import (RESULTS_DIR, Cluster, Options, log, queue_jobs, store_for,
-                          wait_all_done, write_result)
+from bench.cluster import Cluster
+from bench.common import RESULTS_DIR, Options, log, write_result
+from bench.stores import queue_jobs, store_for, wait_all_done
 
 _TABLE = re.compile(r"^\s*(SELECT|UPDATE|INSERT INTO|DELETE FROM|WITH|BEGIN|NOTIFY|SET|SHOW)"
                     r"\s*(?:.*?\bFROM\s+|)(\w+)?", re.I | re.S)

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import (RESULTS_DIR, ROOT, Cluster, Options, backend_pids, cpu_seconds,
-                          loadavg, log, queue_jobs,
-                          run_window,
-                          store_for, wait_all_done, write_result)
+from bench.cluster import Cluster
+from bench.common import (RESULTS_DIR, ROOT, Options, backend_pids, cpu_seconds, loadavg,
+                          log, write_result)
+from bench.stores import queue_jobs, run_window, store_for, wait_all_done
 
 PROFILE_DIR = RESULTS_DIR / "profiles"
 

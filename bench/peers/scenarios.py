@@ -25,8 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import (PYTHON, ROOT, Options, latency_summary, libpq_dsn, log, one_at_a_time,
-                          open_loop, pg_database, stamped, write_result)
+from bench.cluster import one_at_a_time, open_loop, stamped
+from bench.common import PYTHON, ROOT, Options, latency_summary, log, write_result
+from bench.stores import libpq_dsn, pg_database
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 CELERY_POOLS = [("prefork", 2), ("threads", 10)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import PYTHON, ROOT, TOKEN
+from bench.common import PYTHON, ROOT, TOKEN, stamp_job
 
 
 # -- node processes -----------------------------------------------------------------------
@@ -259,3 +259,34 @@ def open_loop(submit: Submit, count: int, rate: float,
     for thread in pool:
         thread.join()
     return sent, count / (time.monotonic() - start)
+
+
+def post_all(port: int, count: int, clients: int) -> float:
+    """POST ``count`` jobs as fast as the API answers, from ``clients`` keep-alive
+    threads; the seconds it took. Each client connects and POSTs once before the clock
+    starts; those POSTs are not counted (so ``count + clients`` jobs go in)."""
+    left, lock = [count], threading.Lock()
+    ready = threading.Barrier(clients + 1)
+
+    def client_loop() -> None:
+        client = ApiClient(port)
+        try:
+            client.submit(stamp_job())
+            ready.wait()
+            while True:
+                with lock:
+                    if left[0] <= 0:
+                        return
+                    left[0] -= 1
+                client.submit(stamp_job())
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started

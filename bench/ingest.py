@@ -13,45 +13,15 @@ clients POSTing one no-op job each as fast as the API answers. Writes
 from __future__ import annotations
 
 import sys
-import threading
 import time
 
-from bench.cluster import ApiClient, Cluster
-from bench.common import Options, cpu_seconds, log, stamp_job, tree_pids, write_result
+from bench.cluster import Cluster, post_all
+from bench.common import Options, cpu_seconds, log, tree_pids, write_result
 from bench.stores import store_for
 
 POSTS = 4_000
 CLIENTS = 16
 
-
-def post_all(port: int, count: int, clients: int) -> float:
-    """POST ``count`` jobs from ``clients`` threads; the seconds it took. Each client
-    connects and POSTs once before the clock starts; those POSTs are not counted."""
-    left, lock = [count], threading.Lock()
-    ready = threading.Barrier(clients + 1)
-
-    def client_loop() -> None:
-        client = ApiClient(port)
-        try:
-            client.submit(stamp_job())
-            ready.wait()
-            while True:
-                with lock:
-                    if left[0] <= 0:
-                        return
-                    left[0] -= 1
-                client.submit(stamp_job())
-        finally:
-            client.close()
-
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    ready.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - started
 
 
 def main(argv: list[str]) -> None:

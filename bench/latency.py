@@ -6,8 +6,12 @@ figure includes the API's insert and commit. Both clocks are this machine's.
 
 * idle: one node, jobs POSTed one at a time with a random 20–60 ms gap (the node is
   idle at each submit);
-* load: the same node, jobs POSTed open-loop at 80 % of the peak throughput measured
-  by scenario 1 (or ``rate``), from a few keep-alive client threads.
+* load: the same node, jobs POSTed open-loop from 16 keep-alive client threads at 80 %
+  of its peak. The peak is the lower of two measured rates: the drain rate of scenario
+  1 (jobs queued up front) and the rate at which this node's API takes jobs in when
+  pushed (a closed-loop burst just before). Jobs that come in over HTTP cannot start
+  faster than the API takes them in; above that rate the queue in front of the API
+  grows for as long as the run lasts, and the latency measured grows with it.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import threading
 import time
 from typing import Any
 
-from bench.cluster import ApiClient, Cluster, one_at_a_time, open_loop
+from bench.cluster import ApiClient, Cluster, one_at_a_time, open_loop, post_all
 from bench.common import Options, latency_summary, loadavg, log, stamp_job, write_result
-from bench.stores import stamps, store_for, wait_all_done
+from bench.stores import stamps, store_for, wait_all_done, wait_drained
 
-#: Submit rates under load, as fractions of the measured 1-node drain rate.
+#: Submit rates under load, as fractions of the node's peak (see the module's text).
 LOAD_FRACTIONS = [0.8]
+#: Client threads of the closed-loop burst that measures the API's intake rate.
+INTAKE_CLIENTS = 16
 
 #: (label, store, lock, notify, poll_interval)
 CONFIGS = [
@@ -92,6 +98,16 @@ def split(url: str, sent: list[tuple[int, float]], started: dict[int, float]) ->
     return {leg: round(percentile(v, 50), 2) if v else None for leg, v in legs.items()}
 
 
+def intake_rate(opts: Options, port: int, url: str) -> float:
+    """Jobs a second the node's API takes in when pushed (``INTAKE_CLIENTS`` clients
+    POSTing as fast as it answers, the scheduler running what comes in); returns once
+    those jobs are done, so the runs after it start on an idle node."""
+    count = opts.scale(3_000, 40)
+    seconds = post_all(port, count, INTAKE_CLIENTS)
+    wait_drained(url, 120)
+    return count / seconds
+
+
 def run_config(opts: Options, label: str, store: str, lock: str, notify: bool, poll: float,
                count: int, peak_rate: float | None) -> list[dict[str, Any]]:
     work = opts.work_dir / f"lat-{store}-{'notify' if notify else 'poll'}"
@@ -108,16 +124,19 @@ def run_config(opts: Options, label: str, store: str, lock: str, notify: bool, p
         submit_idle(cluster.port, 5)  # warm the API workers' connections
         time.sleep(0.5)
         sent = submit_idle(cluster.port, count)
-        row = {"config": label, "load": "idle", "target_rate": None,
-               "achieved_rate": None, **measure(url, sent, 60), "load1": loadavg()}
+        row = {"config": label, "load": "idle", "drain_peak": None, "intake_peak": None,
+               "target_rate": None, "achieved_rate": None, **measure(url, sent, 60), "load1": loadavg()}
         rows.append(row)
         log(f"latency {label} idle: p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms")
+        if peak_rate:
+            intake = intake_rate(opts, cluster.port, url)
+            log(f"latency {label}: drain peak {peak_rate:.0f}/s, API intake {intake:.0f}/s")
         for fraction in (LOAD_FRACTIONS if peak_rate else []):
-            rate = fraction * peak_rate
-            time.sleep(2.0)  # the previous run drained
+            rate = fraction * min(peak_rate, intake)
             n = max(count, int(rate * opts.scale(10, 2)))
             sent, achieved = submit_open_loop(cluster.port, n, rate)
             row = {"config": label, "load": f"{fraction:.0%} of peak",
+                   "drain_peak": round(peak_rate, 1), "intake_peak": round(intake, 1),
                    "target_rate": round(rate, 1), "achieved_rate": round(achieved, 1),
                    **measure(url, sent, 120), "load1": loadavg()}
             rows.append(row)
@@ -127,7 +146,7 @@ def run_config(opts: Options, label: str, store: str, lock: str, notify: bool, p
 
 
 def run(opts: Options, peak: dict[str, float]) -> list[dict]:
-    """``peak``: store -> measured 1-node single-mode jobs/s (for the 80 % runs)."""
+    """``peak``: store -> measured 1-node single-mode jobs/s (the drain peak)."""
     count = opts.scale(500, 10)
     rows = []
     for label, store, lock, notify, poll in CONFIGS:

@@ -232,6 +232,21 @@ def wait_all_done(url: str, total: int, timeout: float, states=("SUCCEED",),
         time.sleep(poll)
 
 
+def wait_drained(url: str, timeout: float, poll: float = 0.1) -> bool:
+    """Poll until no job is READY or RUNNING; False if some still are after ``timeout``."""
+    from sqlalchemy import text
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with poll_engine(url).connect() as conn:
+            left = conn.execute(text(
+                "SELECT count(*) FROM jobs WHERE state IN ('READY', 'RUNNING')")).scalar()
+        if not left:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+
 def run_window(url: str, min_id: int = 0) -> dict[str, Any]:
     """Finished jobs (id >= min_id): count, first start, last finish, jobs/s between."""
     from sqlalchemy import create_engine, text

@@ -125,13 +125,15 @@ def run_config(opts: Options, label: str, store: str, lock: str, notify: bool, p
         time.sleep(0.5)
         sent = submit_idle(cluster.port, count)
         row = {"config": label, "load": "idle", "drain_peak": None, "intake_peak": None,
-               "target_rate": None, "achieved_rate": None, **measure(url, sent, 60), "load1": loadavg()}
+               "target_rate": None, "achieved_rate": None, **measure(url, sent, 60),
+               "load1": loadavg()}
         rows.append(row)
         log(f"latency {label} idle: p50 {row['p50_ms']} ms p99 {row['p99_ms']} ms")
-        if peak_rate:
-            intake = intake_rate(opts, cluster.port, url)
-            log(f"latency {label}: drain peak {peak_rate:.0f}/s, API intake {intake:.0f}/s")
-        for fraction in (LOAD_FRACTIONS if peak_rate else []):
+        if not peak_rate:
+            return rows
+        intake = intake_rate(opts, cluster.port, url)
+        log(f"latency {label}: drain peak {peak_rate:.0f}/s, API intake {intake:.0f}/s")
+        for fraction in LOAD_FRACTIONS:
             rate = fraction * min(peak_rate, intake)
             n = max(count, int(rate * opts.scale(10, 2)))
             sent, achieved = submit_open_loop(cluster.port, n, rate)

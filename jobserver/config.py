@@ -56,8 +56,9 @@ class SchedulerConfig(_Section):
     poll_interval: float = Field(default=1.0, gt=0, le=300)
     max_concurrent_jobs: int = Field(default=10, ge=1, le=1000)
     claim_batch: int = Field(default=32, ge=1, le=1000)
-    # PostgreSQL: submits NOTIFY and idle schedulers LISTEN; turn off behind a
-    # transaction-pooling proxy (polling remains).
+    # Wake idle schedulers at once: on PostgreSQL submits NOTIFY and schedulers LISTEN
+    # (turn off behind a transaction-pooling proxy); on SQLite schedulers watch the file
+    # for others' commits every 5 ms. Polling remains either way.
     notify: bool = True
     # Scheduling listeners (jobserver.listeners): "module:Class" names, trusted operator
     # config imported at start-up. An empty list turns every listener off.

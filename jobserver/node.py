@@ -26,7 +26,7 @@ from jobserver.steps import step_types
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
 from jobserver.store.records import ClaimToken
-from jobserver.wakeup import Listener
+from jobserver.wakeup import WakeSource, watcher_for
 from locks import create_lock_backend
 from locks.base import Lease, LockBackend
 from schedulers import Scheduler, SchedulerContext, create_scheduler
@@ -110,7 +110,7 @@ class Node:
         self.scheduler: Scheduler = create_scheduler(self.ctx)
         self._presence: Lease | None = None
         self._threads: list[threading.Thread] = []
-        self._listener: Listener | None = None
+        self._listener: WakeSource | None = None
         # Heartbeats go on while draining, or other nodes would rescue jobs this node is
         # still finishing; they stop only once the node is done.
         self._closed = threading.Event()
@@ -144,8 +144,9 @@ class Node:
                         extra=job_fields(job_id, node=self.id))
             self.scheduler.publish_rescued(job_id, state, "left running by this node's last run")
         self.runner.start()
-        if self.store.tx.notifies:
-            self._listener = Listener(self.store.url, self.ctx.wake)
+        self._listener = watcher_for(self.store.url, self.config.scheduler.notify,
+                                     self.ctx.wake)
+        if self._listener is not None:
             self._listener.start()
         self._spawn("heartbeat", self._heartbeat_loop)
         self._spawn("scheduler", self._scheduler_loop)

@@ -34,6 +34,7 @@ CONFIGS = [
     ("postgres notify", "postgres", "postgres", True, 1.0),
     ("postgres poll 100ms", "postgres", "postgres", False, 0.1),
     ("sqlite poll 100ms", "sqlite", "file", False, 0.1),
+    ("sqlite watch", "sqlite", "file", True, 1.0),
 ]
 
 
@@ -152,7 +153,7 @@ def run(opts: Options, peak: dict[str, float]) -> list[dict]:
     count = opts.scale(500, 10)
     rows = []
     for label, store, lock, notify, poll in CONFIGS:
-        if opts.smoke and label == "postgres poll 100ms":
+        if opts.smoke and label in ("postgres poll 100ms", "sqlite watch"):
             continue
         rate = peak.get(store)
         rows += run_config(opts, label, store, lock, notify, poll, count, rate)

@@ -23,7 +23,6 @@ POSTS = 4_000
 CLIENTS = 16
 
 
-
 def main(argv: list[str]) -> None:
     count = int(argv[0]) if argv else POSTS
     clients = int(argv[1]) if len(argv) > 1 else CLIENTS

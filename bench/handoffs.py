@@ -33,9 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import ApiClient, Cluster
-from bench.common import ROOT, Options, epoch_seconds, log, stamp_job, write_result
-from bench.stores import poll_engine, stamps, store_for
+from bench.cluster import Cluster
+from bench.common import ROOT, Options, epoch_seconds, log, write_result
+from bench.latency import submit_idle
+from bench.stores import poll_engine, stamps, store_for, wait_all_done
 
 TRACING = ROOT / "bench" / "tracing"
 JOBS = 300
@@ -175,16 +176,10 @@ def measure(opts: Options, count: int) -> tuple[dict[int, dict], dict[str, Any]]
             API__WORKERS=1, API__SUBMIT_RATE=1_000_000, API__SUBMIT_BURST=1_000_000) as cluster:
         cluster.start("n1", BENCH_TRACE_DIR=str(traces))
         cluster.wait_registered(api=True)
-        client = ApiClient(cluster.port)
         time.sleep(1.0)  # the scheduler is active and LISTENing
-        for _ in range(5):
-            client.submit(stamp_job())  # warm the connections
-        sent = []
-        for _ in range(count):
-            time.sleep(random.uniform(0.02, 0.06))
-            sent.append(client.submit(stamp_job()))
-        client.close()
-        time.sleep(1.0)
+        submit_idle(cluster.port, 5)  # warm the connections
+        sent = submit_idle(cluster.port, count)
+        wait_all_done(url, len(sent), 60, min_id=min(job_id for job_id, _ in sent))
         started = stamps(url, [job_id for job_id, _ in sent])
         with poll_engine(url).connect() as conn:
             rows = {r[0]: (epoch_seconds(r[1]), epoch_seconds(r[2])) for r in conn.execute(

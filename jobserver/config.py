@@ -58,7 +58,7 @@ class SchedulerConfig(_Section):
     claim_batch: int = Field(default=32, ge=1, le=1000)
     # Wake idle schedulers at once: on PostgreSQL submits NOTIFY and schedulers LISTEN
     # (turn off behind a transaction-pooling proxy); on SQLite schedulers watch the file
-    # for others' commits every 5 ms. Polling remains either way.
+    # for others' commits every 10 ms. Polling remains either way.
     notify: bool = True
     # Scheduling listeners (jobserver.listeners): "module:Class" names, trusted operator
     # config imported at start-up. An empty list turns every listener off.

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from jobserver.store import WAKE_CHANNEL
+from jobserver.store.engine import sqlite_path
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,5 @@ def watcher_for(url: str, notify: bool, wake: threading.Event) -> WakeSource | N
         return None
     if url.startswith("postgresql"):
         return Listener(url, wake)
-    path = url.split("///", 1)[-1].split("?", 1)[0] if url.startswith("sqlite") else ""
-    if not path or path == ":memory:":
-        return None
-    return CommitWatcher(path, wake)
+    path = sqlite_path(url) if url.startswith("sqlite") else None
+    return CommitWatcher(path, wake) if path else None

@@ -104,9 +104,15 @@ def _with_driver(url: str) -> str:
     return f"postgresql+psycopg://{rest}"
 
 
+def sqlite_path(url: str) -> str | None:
+    """The database file of a ``sqlite:///`` URL; None for an in-memory database."""
+    path = url.split("///", 1)[-1].split("?", 1)[0]
+    return path if path and path != ":memory:" else None
+
+
 def _sqlite_engine(url: str) -> Engine:
-    path = url.split("///", 1)[-1]
-    if path and path != ":memory:":
+    path = sqlite_path(url)
+    if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT,
                                               "check_same_thread": False})
@@ -117,7 +123,7 @@ def _sqlite_engine(url: str) -> Engine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT * 1000)}")
+        cursor.execute(_busy_timeout())
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
@@ -131,6 +137,10 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
+def _busy_timeout() -> str:
+    return f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT * 1000)}"
+
+
 def _begin_immediate(connection: Any) -> None:
     """``BEGIN IMMEDIATE``, trying again every 0.2 to 2 ms while another writer holds
     the lock. SQLite's own busy handler sleeps 1, 2, 5, 10, ... up to 100 ms between
@@ -139,7 +149,10 @@ def _begin_immediate(connection: Any) -> None:
     0.5 s and the queue grew. The busy timeout stays for every other statement."""
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT
     pause = 0.0002
-    connection.exec_driver_sql("PRAGMA busy_timeout=0")
+    # The two pragmas run on the driver's connection: through SQLAlchemy each cost 9.5
+    # microseconds instead of 1.4, twice per write transaction.
+    raw = connection.connection.dbapi_connection
+    raw.execute("PRAGMA busy_timeout=0")
     try:
         while True:
             try:
@@ -151,7 +164,7 @@ def _begin_immediate(connection: Any) -> None:
             time.sleep(random.uniform(pause / 2, pause))  # spread: no lockstep retries
             pause = min(pause * 2, SQLITE_LOCK_STEP)
     finally:
-        connection.exec_driver_sql(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT * 1000)}")
+        raw.execute(_busy_timeout())
 
 
 class store_now(FunctionElement[Any]):

@@ -16,12 +16,15 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobserver import cli_tokens
 from jobserver.config import Config, load_config
 from jobserver.exceptions import ConfigError, JobServerError
 from jobserver.logs import FORMATS, default_format, setup_logging
+
+if TYPE_CHECKING:
+    from jobserver.client import Client
 
 EXIT_API, EXIT_USAGE = 1, 2
 
@@ -148,7 +151,7 @@ def _port_in_use(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
-def _client(args: argparse.Namespace):
+def _client(args: argparse.Namespace) -> Client:
     from jobserver.client import Client
 
     config = _client_config(args.config)

@@ -13,7 +13,7 @@ import os
 import re
 import socket
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +222,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def _env_overrides(environ: Mapping[str, str]):
+def _env_overrides(environ: Mapping[str, str]) -> Iterator[tuple[tuple[str, ...], Any, str]]:
     """Yield ``(keys, value, env_name)`` for every ``JOBSERVER_A__B`` variable, and for
     ``JOBSERVER_<TOP_LEVEL_KEY>`` (``JOBSERVER_DATA_DIR``, as :func:`env_name` spells it).
     Other ``JOBSERVER_*`` variables (``JOBSERVER_CONFIG``, ``JOBSERVER_URL``, a step's

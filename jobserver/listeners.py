@@ -304,7 +304,8 @@ class Listeners:
         names = list(config.scheduler.listeners)
         if config.scheduler.webhook_urls and WEBHOOK_LISTENER not in names:
             names.append(WEBHOOK_LISTENER)
-        workers, seen = [], {}
+        workers: list[ListenerWorker] = []
+        seen: dict[str, int] = {}
         for name in names:
             factory = listener_factory(name, config)
             seen[name] = seen.get(name, 0) + 1

@@ -16,11 +16,15 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobserver.events import NodeEvent, StateChange
 from jobserver.states import State
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MAX_JOB_NAMES = 100
@@ -173,7 +177,7 @@ class StoreCollector:
         self._store = store
         self._dead_after = dead_after
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         jobs = GaugeMetricFamily("jobserver_jobs", "Jobs in the store by state",
@@ -222,5 +226,5 @@ class _Forward:
     def __init__(self, registry: Any) -> None:
         self._registry = registry
 
-    def collect(self):
+    def collect(self) -> Iterable[Metric]:
         return self._registry.collect()

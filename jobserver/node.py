@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from jobserver.config import Config
 from jobserver.exceptions import ConfigError, LockError
@@ -31,6 +32,9 @@ from locks import create_lock_backend
 from locks.base import Lease, LockBackend
 from schedulers import Scheduler, SchedulerContext, create_scheduler
 from schedulers.base import presence_key
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +84,7 @@ def upgrade_schema(store: Store, locks: LockBackend) -> None:
         store.upgrade()
 
 
-def _private_registry():
+def _private_registry() -> CollectorRegistry:
     from prometheus_client import CollectorRegistry
 
     return CollectorRegistry()

@@ -9,7 +9,7 @@ field, e.g. ``steps[1].argv[0]``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
@@ -143,7 +143,7 @@ def parse_job(body: bytes | str) -> JobSpec:
         raise InvalidRequest(f"{first['field']}: {first['message']}", details) from None
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: Mapping[str, Any]) -> str:
     if error["type"] == "extra_forbidden":
         return "unknown field"
     if error["type"] == "union_tag_invalid":

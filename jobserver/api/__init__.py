@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flask import Flask, current_app, g, jsonify, request
+from flask import Flask, Response, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from jobserver.config import Config, load_config
@@ -22,6 +22,9 @@ from jobserver.metrics import ApiMetrics, multiprocess
 from jobserver.spec import Policy
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ def create_app(config: Config | None = None, store: Store | None = None,
     python_steps = python_steps or PythonSteps.with_entry_points()
     app = Flask("jobserver")
     app.config["MAX_CONTENT_LENGTH"] = config.api.max_body_bytes
-    app.json.sort_keys = False
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # Flask's default provider has it
     registry = None if multiprocess() else _registry()
     app.extensions["jobserver"] = ApiContext(
         config=config,
@@ -72,7 +75,7 @@ def create_app(config: Config | None = None, store: Store | None = None,
     return app
 
 
-def _registry():
+def _registry() -> CollectorRegistry:
     from prometheus_client import CollectorRegistry
 
     return CollectorRegistry()
@@ -82,7 +85,7 @@ def _start_timer() -> None:
     g.started = time.perf_counter()
 
 
-def _count_request(response):
+def _count_request(response: Response) -> Response:
     # The URL rule, not the path: job ids never become label values.
     route = request.url_rule.rule if request.url_rule else "unmatched"
     metrics = api().metrics
@@ -92,7 +95,8 @@ def _count_request(response):
     return response
 
 
-def error_response(status: int, code: str, message: str, details: Any = None):
+def error_response(status: int, code: str, message: str,
+                   details: Any = None) -> tuple[Response, int]:
     body = {"error": {"code": code, "message": message, "details": details}}
     return jsonify(body), status
 
@@ -106,7 +110,7 @@ def _authenticate() -> None:
     authorize(g.principal, request.endpoint)
 
 
-def _jobserver_error(exc: JobServerError):
+def _jobserver_error(exc: JobServerError) -> tuple[Response, int]:
     response = error_response(exc.http_status, exc.code, exc.message, exc.details)
     if isinstance(exc, AuthError):
         response[0].headers["WWW-Authenticate"] = 'Bearer realm="jobserver"'
@@ -115,12 +119,12 @@ def _jobserver_error(exc: JobServerError):
     return response
 
 
-def _http_error(exc: HTTPException):
+def _http_error(exc: HTTPException) -> tuple[Response, int]:
     code = (exc.name or "error").lower().replace(" ", "_")
     details = {"field": "body"} if exc.code == 413 else None
     return error_response(exc.code or 500, code, exc.description or exc.name, details)
 
 
-def _unexpected_error(exc: Exception):
+def _unexpected_error(exc: Exception) -> tuple[Response, int]:
     log.exception("unhandled error on %s %s", request.method, request.path)
     return error_response(500, "internal_error", "internal server error; see the node's log")

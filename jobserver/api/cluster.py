@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint
+from flask.typing import ResponseReturnValue
 
 from jobserver.api import api
 from jobserver.api.serialize import server_json
@@ -12,7 +13,7 @@ blueprint = Blueprint("cluster", __name__, url_prefix="/api/v1")
 
 
 @blueprint.get("/cluster")
-def cluster():
+def cluster() -> ResponseReturnValue:
     ctx = api()
     dead_after = ctx.config.server.dead_after
     nodes = [server_json(server, dead_after) for server in ctx.store.servers.list()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint
+from flask.typing import ResponseReturnValue
 
 from jobserver.api import api, error_response
 
@@ -10,7 +11,7 @@ blueprint = Blueprint("health", __name__)
 
 
 @blueprint.get("/healthz")
-def healthz():
+def healthz() -> ResponseReturnValue:
     try:
         with api().store.tx.read() as conn:
             conn.exec_driver_sql("SELECT 1")

@@ -7,6 +7,7 @@ import json
 import re
 
 from flask import Blueprint, g, request
+from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobserver.api import api
@@ -49,7 +50,7 @@ def _idempotency_key() -> str | None:
 
 
 @blueprint.post("")
-def submit():
+def submit() -> ResponseReturnValue:
     ctx = api()
     ctx.limiter.check(g.principal)
     key = _idempotency_key()
@@ -70,7 +71,7 @@ def submit():
 
 
 @blueprint.get("")
-def list_jobs():
+def list_jobs() -> ResponseReturnValue:
     try:
         query = ListQuery.model_validate(request.args.to_dict())
     except ValidationError as exc:
@@ -85,19 +86,19 @@ def list_jobs():
 
 
 @blueprint.get(JOB)
-def get_job(job_id: int):
+def get_job(job_id: int) -> ResponseReturnValue:
     return job_json(api().store.jobs.get(job_id))
 
 
 @blueprint.get(f"{JOB}/events")
-def job_events(job_id: int):
+def job_events(job_id: int) -> ResponseReturnValue:
     store = api().store
     store.jobs.get(job_id, with_steps=False)  # 404 for an unknown job
     return {"events": [event_json(event) for event in store.jobs.events(job_id)]}
 
 
 @blueprint.post(f"{JOB}/<any(pause, resume, rerun, discard):action>")
-def operate(job_id: int, action: str):
+def operate(job_id: int, action: str) -> ResponseReturnValue:
     body = request.get_data(cache=False)
     if body.strip() not in (b"", b"{}"):
         raise InvalidRequest(f"{action} takes no request body",

@@ -129,7 +129,7 @@ def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _paths() -> dict[str, Any]:
-    operations = {
+    operations: dict[str, Any] = {
         f"/api/v1/jobs/{{job_id}}/{action}": {"post": {
             "summary": f"{action.capitalize()} a job (scope: operate)",
             "operationId": f"{action}_job", "parameters": [_job_id()],
@@ -223,5 +223,5 @@ def document() -> dict[str, Any]:
 
 
 @blueprint.get("/openapi.json")
-def openapi_json():
+def openapi_json() -> dict[str, Any]:
     return document()

@@ -37,7 +37,7 @@ class PythonSteps:
             registry._entry_points[entry.name] = entry
         return registry
 
-    def register(self, name: str, fn: Callable[..., Any] | None = None):
+    def register(self, name: str, fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
         """Register ``fn`` under ``name``; usable as a decorator."""
         def add(function: Callable[..., Any]) -> Callable[..., Any]:
             self._callables[name] = function

@@ -10,6 +10,7 @@ comes from ``wait4`` on the child.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from jobserver.states import State
 from jobserver.store.records import StepOutcome
@@ -31,7 +32,7 @@ MAX_METRICS_BYTES = 64 * 1024
 class OutputCapture(threading.Thread):
     """Drains a pipe, keeping the first and last ``limit / 2`` bytes."""
 
-    def __init__(self, stream: IO[bytes], limit: int) -> None:
+    def __init__(self, stream: io.BufferedReader, limit: int) -> None:
         super().__init__(daemon=True, name="step-output")
         self._stream, self._half = stream, limit // 2
         self._head = bytearray()
@@ -120,7 +121,8 @@ def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
     return StepOutcome(State.SUCCEED, **audit)
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float | None, ctx: Any):
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None,
+          ctx: Any) -> tuple[int, Any, str | None]:
     """Reap the child with ``wait4``; stop it on cancel or timeout."""
     started = time.monotonic()
     reason: str | None = None

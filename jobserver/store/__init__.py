@@ -11,12 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from jobserver.store.engine import READONLY, make_engine
 from jobserver.store.models import Base
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -98,7 +102,7 @@ class Store:
         self.engine.dispose()
 
 
-def alembic_config(url: str, engine: Engine | None = None):
+def alembic_config(url: str, engine: Engine | None = None) -> AlembicConfig:
     from alembic.config import Config as AlembicConfig
 
     config = AlembicConfig()

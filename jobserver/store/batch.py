@@ -219,7 +219,7 @@ def _ids(dialect: str, ids: Sequence[int]) -> Any:
     return list(ids) if dialect == "postgresql" else json.dumps(list(ids))
 
 
-def steps_of(conn: Connection, job_ids: Sequence[int]) -> list[Any]:
+def steps_of(conn: Connection, job_ids: Sequence[int]) -> Sequence[Any]:
     """Every step row of ``job_ids``, by job then position, typed as the table says."""
     dialect = conn.dialect.name
     names = ", ".join(column.name for column in steps.c)
@@ -228,7 +228,7 @@ def steps_of(conn: Connection, job_ids: Sequence[int]) -> list[Any]:
     return conn.execute(statement, {"ids": _ids(dialect, job_ids)}).all()
 
 
-def start_steps(conn: Connection, step_ids: Sequence[int]) -> list[Any]:
+def start_steps(conn: Connection, step_ids: Sequence[int]) -> Sequence[Any]:
     """READY -> RUNNING for ``step_ids`` (a claim's first steps); returns
     ``(id, attempt, started_at)`` of those started."""
     dialect = conn.dialect.name

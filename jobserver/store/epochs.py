@@ -8,14 +8,14 @@ scheduler whose lease was taken over cannot claim even before it notices the los
 
 from __future__ import annotations
 
-from sqlalchemy import and_, exists, insert, select, update
+from sqlalchemy import Exists, and_, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobserver.store.engine import store_now
 from jobserver.store.tables import epochs
 
 
-def is_current(key: str, fence: int):
+def is_current(key: str, fence: int) -> Exists:
     """SQL condition: ``fence`` is the newest recorded fence of ``key``."""
     return exists().where(and_(epochs.c.key == key, epochs.c.epoch == fence))
 

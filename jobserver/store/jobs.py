@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 from typing import Any
 
@@ -49,6 +50,8 @@ class JobRepository:
             # A concurrent request with the same key won the insert.
             with self._tx.read() as conn:
                 existing = self._by_idempotency_key(conn, idempotency_key, request_hash)
+                if existing is None:  # no job holds the key: the failure was not the key's
+                    raise
                 return self._get(conn, existing), False
 
     def _submit_in_one_statement(self, spec: JobSpec, dependencies: list[list[str]],
@@ -67,7 +70,8 @@ class JobRepository:
             return pgsubmit.submit(conn, values, step_rows, channel), True
 
     @staticmethod
-    def _by_idempotency_key(conn: Connection, key: str | None, request_hash: str | None):
+    def _by_idempotency_key(conn: Connection, key: str | None,
+                            request_hash: str | None) -> int | None:
         if key is None:
             return None
         row = conn.execute(select(jobs.c.id, jobs.c.request_hash)
@@ -135,7 +139,8 @@ class JobRepository:
         return records, (page[-1]["id"] if len(rows) > limit else None)
 
     @staticmethod
-    def _progress(conn: Connection, job_ids: list[int]) -> dict[int, tuple[int, int]]:
+    def _progress(conn: Connection,
+                  job_ids: builtins.list[int]) -> dict[int, tuple[int, int]]:
         if not job_ids:
             return {}
         done = func.sum(case((steps.c.state == State.SUCCEED.value, 1), else_=0))
@@ -143,7 +148,7 @@ class JobRepository:
                             .where(steps.c.job_id.in_(job_ids)).group_by(steps.c.job_id))
         return {job_id: (int(d or 0), int(total)) for job_id, d, total in rows}
 
-    def events(self, job_id: int) -> list[EventRecord]:
+    def events(self, job_id: int) -> builtins.list[EventRecord]:
         with self._tx.read() as conn:
             rows = conn.execute(select(events).where(events.c.job_id == job_id)
                                 .order_by(events.c.id)).mappings().all()

@@ -21,6 +21,7 @@ aggregate was quadratic in the batch size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -129,18 +130,20 @@ def claim(conn: Connection, variant: str, **params: Any) -> list[JobRecord]:
     return _records(rows)
 
 
-def _records(rows: list[tuple[Any, ...]]) -> list[JobRecord]:
+def _records(rows: Sequence[tuple[Any, ...]]) -> list[JobRecord]:
     width = len(_JOB_NAMES)
     claimed: dict[int, JobRecord] = {}
+    steps_of: dict[int, list[StepRecord]] = {}
     for row in rows:
-        job = claimed.get(row[0])
-        if job is None:
-            job = claimed[row[0]] = JobRecord.from_row(dict(zip(_JOB_NAMES, row[:width])),
-                                                       steps=[])
+        steps = steps_of.get(row[0])
+        if steps is None:
+            steps = steps_of[row[0]] = []
+            claimed[row[0]] = JobRecord.from_row(dict(zip(_JOB_NAMES, row[:width])),
+                                                 steps=steps)
         if row[width] is not None:  # LEFT JOIN: a job without steps has none
             step = StepRecord(*row[width:])
             step.state = State(step.state)
-            job.steps.append(step)
+            steps.append(step)
     return list(claimed.values())
 
 

@@ -75,6 +75,7 @@ def submit(conn: Connection, values: dict[str, Any], step_rows: list[dict[str, A
         row = cursor.fetchone()
     finally:
         cursor.close()
+    assert row is not None  # the INSERT's RETURNING gives the new job's row
     job = dict(zip(_JOB_NAMES, row))
     for name in _TIMES:  # the session's time zone may not be UTC; the API speaks UTC
         job[name] = as_utc(job[name])

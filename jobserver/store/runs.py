@@ -12,7 +12,8 @@ import json
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, and_, exists, func, or_, select, update
+from sqlalchemy import (ColumnElement, Connection, Select, and_, exists, func, or_, select,
+                        update)
 
 from jobserver.exceptions import FencedOff
 from jobserver.states import State
@@ -24,7 +25,7 @@ from jobserver.store.records import (ClaimToken, Completion, JobRecord, NodeLoad
 from jobserver.store.tables import jobs, record_events, steps
 
 
-def _owned(token: ClaimToken):
+def _owned(token: ClaimToken) -> ColumnElement[bool]:
     return and_(jobs.c.id == token.job_id, jobs.c.node == token.node,
                 jobs.c.fence == token.fence, jobs.c.attempt == token.attempt)
 
@@ -36,8 +37,12 @@ def _like_escape(value: str) -> str:
 class LeaseRef(Protocol):
     """What the store needs of a lease: its key and fence."""
 
-    key: str
-    fence: int
+    # Read-only: a lock backend's lease computes its fence.
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def fence(self) -> int: ...
 
 
 def _allowed_pattern(node: str) -> str:
@@ -53,7 +58,7 @@ def open_claim_params(node: str, lease: LeaseRef, limit: int) -> dict[str, Any]:
 
 
 def ready_candidates(node: str, limit: int, dialect: str, job_ids: list[int] | None = None,
-                     keyed: bool | None = None):
+                     keyed: bool | None = None) -> Select[Any]:
     """The ids ``node`` may claim next: READY, unassigned, due, allowed on this node;
     only jobs with a ``lock_key`` (``keyed``), only jobs without one (not ``keyed``)
     or both (None)."""
@@ -282,15 +287,15 @@ class RunRepository:
         operator action, or ``fenced`` when another owner holds the job now. Jobs that
         are still ours and RUNNING are absent.
         """
-        tokens = {token.job_id: token for token in tokens}
-        if not tokens:
+        by_id = {token.job_id: token for token in tokens}
+        if not by_id:
             return {}
         with self._tx.read() as conn:
             rows = conn.execute(select(jobs.c.id, jobs.c.state, jobs.c.node, jobs.c.fence,
-                                       jobs.c.attempt).where(jobs.c.id.in_(list(tokens))))
+                                       jobs.c.attempt).where(jobs.c.id.in_(list(by_id))))
             found = {row.id: row for row in rows}
-        verdicts = {}
-        for job_id, token in tokens.items():
+        verdicts: dict[int, str] = {}
+        for job_id, token in by_id.items():
             row = found.get(job_id)
             if row is None:
                 verdicts[job_id] = "deleted"

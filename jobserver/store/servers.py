@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
@@ -100,7 +101,7 @@ class ServerRepository:
 
     def requeue_orphans(self, node_id: str, rescuer: str,
                         only: Collection[OwnedRun] | None = None
-                        ) -> list[tuple[int, State]]:
+                        ) -> builtins.list[tuple[int, State]]:
         """Re-queue (or fail) every job RUNNING on a dead node; exactly once per job.
 
         Each job is a compare-and-set on (id, node, fence, attempt), so two rescuers

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Table
 
 from jobserver.store import batch
 from jobserver.store.models import (ApiTokenRow, JobEventRow, JobRow, LockEpochRow, ServerRow,
                                     StepRow)
 
-jobs = JobRow.__table__
-steps = StepRow.__table__
-events = JobEventRow.__table__
-servers = ServerRow.__table__
-epochs = LockEpochRow.__table__
-api_tokens = ApiTokenRow.__table__
+# Declarative models type __table__ as a FromClause; each of these is a Table.
+jobs = cast(Table, JobRow.__table__)
+steps = cast(Table, StepRow.__table__)
+events = cast(Table, JobEventRow.__table__)
+servers = cast(Table, ServerRow.__table__)
+epochs = cast(Table, LockEpochRow.__table__)
+api_tokens = cast(Table, ApiTokenRow.__table__)
 
 _EVENT_FIELDS = ("job_id", "step", "from_state", "to_state", "node", "fence", "attempt",
                  "message")

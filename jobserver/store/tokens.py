@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Label, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobserver.exceptions import NotFound
@@ -97,7 +97,7 @@ class Verdict:
     reason: str | None = None  # "unknown", "revoked", "expired"
 
 
-def _expired():
+def _expired() -> Label[bool]:
     return (api_tokens.c.expires_at.is_not(None)
             & (api_tokens.c.expires_at <= store_now())).label("expired")
 

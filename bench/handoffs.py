@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import Cluster
-from bench.common import ROOT, Options, epoch_seconds, log, write_result
+from bench.common import ROOT, Options, log, write_result
 from bench.latency import submit_idle
-from bench.stores import poll_engine, stamps, store_for, wait_all_done
+from bench.stores import created_and_claimed, stamps, store_for, wait_all_done
 
 TRACING = ROOT / "bench" / "tracing"
 JOBS = 300
@@ -165,8 +165,6 @@ def _process_round_trip(rounds: int) -> float:
 
 
 def measure(opts: Options, count: int) -> tuple[dict[int, dict], dict[str, Any]]:
-    from sqlalchemy import text
-
     traces = opts.work_dir / "traces"
     traces.mkdir(parents=True, exist_ok=True)
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -180,10 +178,9 @@ def measure(opts: Options, count: int) -> tuple[dict[int, dict], dict[str, Any]]
         submit_idle(cluster.port, 5)  # warm the connections
         sent = submit_idle(cluster.port, count)
         wait_all_done(url, len(sent), 60, min_id=min(job_id for job_id, _ in sent))
-        started = stamps(url, [job_id for job_id, _ in sent])
-        with poll_engine(url).connect() as conn:
-            rows = {r[0]: (epoch_seconds(r[1]), epoch_seconds(r[2])) for r in conn.execute(
-                text("SELECT id, created_at, started_at FROM jobs WHERE started_at IS NOT NULL"))}
+        job_ids = [job_id for job_id, _ in sent]
+        started = stamps(url, job_ids)
+        rows = created_and_claimed(url, job_ids)
     points = read_points(traces)
     errors = [p["error"] for p in points if p["point"] == "trace-error"]
     if errors:

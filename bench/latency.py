@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.cluster import ApiClient, Cluster, one_at_a_time, open_loop, post_all
 from bench.common import Options, latency_summary, loadavg, log, stamp_job, write_result
-from bench.stores import stamps, store_for, wait_all_done, wait_drained
+from bench.stores import created_and_claimed, stamps, store_for, wait_all_done, wait_drained
 
 #: Submit rates under load, as fractions of the node's peak (see the module's text).
 LOAD_FRACTIONS = [0.8]
@@ -79,16 +79,9 @@ def measure(url: str, sent: list[tuple[int, float]], timeout: float) -> dict[str
 def split(url: str, sent: list[tuple[int, float]], started: dict[int, float]) -> dict:
     """Median of each leg (same host clock): POST sent -> row inserted (``created_at``),
     inserted -> claimed (``started_at``), claimed -> step body's first instruction."""
-    from sqlalchemy import text
+    from bench.common import percentile
 
-    from bench.common import epoch_seconds, percentile
-    from bench.stores import poll_engine
-
-    ids = [job_id for job_id, _ in sent]
-    with poll_engine(url).connect() as conn:
-        rows = {r[0]: (epoch_seconds(r[1]), epoch_seconds(r[2])) for r in conn.execute(text(
-            "SELECT id, created_at, started_at FROM jobs WHERE id IN "
-            f"({', '.join(str(i) for i in ids)}) AND started_at IS NOT NULL"))}
+    rows = created_and_claimed(url, [job_id for job_id, _ in sent])
     legs: dict[str, list[float]] = {"api_insert": [], "wake_claim": [], "claim_to_step": []}
     for job_id, at in sent:
         if job_id in rows and job_id in started:

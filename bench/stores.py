@@ -288,6 +288,19 @@ def drain_rate(url: str, first_id: int, last_id: int, trim: float = 0.1) -> dict
             "jobs_per_s": round((high - low) / span, 1)}
 
 
+def created_and_claimed(url: str, job_ids: list[int]) -> dict[int, tuple[float, float]]:
+    """``(created_at, started_at)`` in epoch seconds of each of ``job_ids`` that was
+    claimed: when its row was inserted and when a node claimed it (store's clock)."""
+    from sqlalchemy import text
+
+    if not job_ids:
+        return {}
+    with poll_engine(url).connect() as conn:
+        return {row[0]: (epoch_seconds(row[1]), epoch_seconds(row[2])) for row in conn.execute(
+            text("SELECT id, created_at, started_at FROM jobs WHERE id IN "
+                 f"({', '.join(str(int(i)) for i in job_ids)}) AND started_at IS NOT NULL"))}
+
+
 def stamps(url: str, job_ids: list[int]) -> dict[int, float]:
     """The start stamp of each job's step (``bench.stamp`` metrics ``t``)."""
     from sqlalchemy import create_engine, text

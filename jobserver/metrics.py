@@ -31,6 +31,10 @@ MAX_JOB_NAMES = 100
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
                    30, 60)
 DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400)
+#: The states a job leaves RUNNING for, other than READY (a re-queue is not an end).
+FINISHED_STATES = (State.SUCCEED, State.ERROR, State.STOPPED, State.DISCARDED)
+#: Why a scheduling listener missed an event (``jobserver_listener_events_dropped_total``).
+LISTENER_DROP_REASONS = ("queue_full", "failed", "disabled")
 
 
 def prepare_multiprocess_dir(data_dir: Path, node_id: str) -> Path:
@@ -123,6 +127,23 @@ class NodeMetrics:
                                       "1 while a scheduling listener runs, 0 once disabled",
                                       ("listener",), registry=registry,
                                       multiprocess_mode="livemax")
+
+    def start_at_zero(self, step_types: Iterable[str], listeners: Iterable[str]) -> None:
+        """Create every labelled counter's children now, at 0.
+
+        A child appears only when first touched, so a healthy node's error and retry
+        counters would be absent, not 0, until the first failure: a dashboard panel
+        then reads "No data" and a ``rate()`` or ``increase()`` alert starts from the
+        first event instead of counting it. Label values are all known at start.
+        """
+        for state in FINISHED_STATES:
+            self.finished.labels(state.value)
+        for step_type in step_types:
+            self.retries.labels(step_type)
+        for listener in listeners:
+            self.listener_restarts.labels(listener)
+            for reason in LISTENER_DROP_REASONS:
+                self.listener_dropped.labels(listener, reason)
 
     def on_event(self, event: StateChange | NodeEvent) -> None:
         if isinstance(event, NodeEvent):

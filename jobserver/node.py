@@ -106,8 +106,10 @@ class Node:
         # Imported now: a listener that cannot be imported stops start-up.
         self.listeners = Listeners.from_config(config, self.metrics)
         self.bus.subscribe(self.listeners.publish)
-        self.runner = Runner(self.store, step_types(self.python_steps), config.steps.shell,
+        steps = step_types(self.python_steps)
+        self.runner = Runner(self.store, steps, config.steps.shell,
                              config.capacity, on_slot_freed=self._wake, bus=self.bus)
+        self.metrics.start_at_zero(steps, [worker.name for worker in self.listeners.workers])
         self.ctx = SchedulerContext(config=config, node_id=self.id, store=self.store,
                                     locks=self.locks, runner=self.runner,
                                     presence=lambda: self._presence)

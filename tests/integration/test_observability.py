@@ -68,6 +68,14 @@ def test_metrics_under_gunicorn_workers_match_the_store(harness: Harness,
     workers = wait_for(lambda: len(w := gunicorn_workers(node)) == 2 and w, 20, 0.1,
                        "two gunicorn workers")
 
+    # Before any job: the labelled counters a dashboard or an alert reads are there at
+    # 0, not absent ("No data" in Grafana, and an increase() that misses the first one).
+    fresh = scrape(base, TOKEN)
+    for state in ("SUCCEED", "ERROR", "STOPPED", "DISCARDED"):
+        assert value(fresh, "jobserver_jobs_finished_total", state=state) == 0, state
+    for step_type in ("noop", "shell", "python"):
+        assert value(fresh, "jobserver_step_retries_total", type=step_type) == 0, step_type
+
     ok = [{"name": f"ok-{i}", "steps": [{"name": "s", "type": "noop"}]} for i in range(7)]
     bad = [{"name": f"bad-{i}", "steps": [{"name": "s", "type": "shell", "argv": ["false"]}]}
            for i in range(3)]

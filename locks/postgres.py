@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg2
-from sqlalchemy.engine import make_url
 
 from jobserver.exceptions import LockError
+from jobserver.store.engine import libpq_params
 from locks.base import Lease, LockBackend
 
 log = logging.getLogger(__name__)
@@ -35,13 +35,6 @@ PING_INTERVAL = 1.0
 
 def advisory_key(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
-
-
-def libpq_params(url: str) -> dict[str, Any]:
-    parsed = make_url(url)
-    params = {"host": parsed.host, "port": parsed.port, "user": parsed.username,
-              "password": parsed.password, "dbname": parsed.database}
-    return {name: value for name, value in params.items() if value is not None}
 
 
 class PostgresLease(Lease):

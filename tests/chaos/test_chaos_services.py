@@ -42,8 +42,9 @@ import psycopg2
 import pytest
 from sqlalchemy import func, select
 
+from jobserver.store.engine import libpq_params
 from jobserver.store.tables import epochs, jobs
-from locks.postgres import advisory_key, libpq_params
+from locks.postgres import advisory_key
 from schedulers.base import presence_key
 from tests.chaos import ledger as ledger_mod
 from tests.chaos.cluster import ACTIVE_LOCK, MODES, Backend, ChaosCluster, Figures

@@ -66,13 +66,3 @@ class EpochRepository:
         """Who took the newest lease of ``key`` (it may have been released since)."""
         with self._tx.read() as conn:
             return conn.execute(select(epochs.c.holder).where(epochs.c.key == key)).scalar()
-
-    def all(self) -> list[dict[str, object]]:
-        with self._tx.read() as conn:
-            rows = conn.execute(select(epochs).order_by(epochs.c.key)).mappings().all()
-            return [dict(row) for row in rows]
-
-    def current(self, key: str) -> int:
-        with self._tx.read() as conn:
-            value = conn.execute(select(epochs.c.epoch).where(epochs.c.key == key)).scalar()
-            return int(value or 0)

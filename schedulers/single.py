@@ -43,7 +43,8 @@ class SingleScheduler(Scheduler):
 
     def _schedule(self, lease: Lease) -> None:
         if not self.record_lease(lease):
-            log.warning("global lock fence %s is already stale; letting go", lease.fence)
+            log.warning("the global lock was lost or superseded before its first claim; "
+                        "letting go")
             return
         log.info("node %s is the active scheduler (fence %s)", self.ctx.node_id, lease.fence)
         lease.on_lost(lambda _lease: self.ctx.wake.set())

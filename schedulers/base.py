@@ -151,6 +151,13 @@ class Scheduler(ABC):
             return False
         return lease.is_valid()
 
+    def announce(self, role: str) -> None:
+        """Record this node's scheduling role for the cluster view; best effort."""
+        try:
+            self.ctx.store.servers.set_role(self.ctx.node_id, role)
+        except Exception:  # noqa: BLE001 - the role is for display; scheduling goes on
+            log.warning("could not record role %s", role, exc_info=True)
+
     def rescue_orphans(self) -> int:
         """Re-queue jobs RUNNING on dead nodes. A node is dead when its presence lock
         is free or its heartbeat (store clock) is older than ``server.dead_after``.

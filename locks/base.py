@@ -60,7 +60,8 @@ class Lease(ABC):
         self._valid = True
         self._callbacks: list[LostCallback] = []
         self._guard = threading.Lock()
-        # Re-entrant: a lost callback run by a failed draw may read the fence again.
+        # One draw at a time; re-entrant, so that a failed draw's own lost callbacks
+        # cannot deadlock on it.
         self._drawing = threading.RLock()
 
     @property
@@ -95,8 +96,9 @@ class Lease(ABC):
 
         Registered after the loss, the callback runs at once in this thread; otherwise
         it runs in whichever thread notices the loss (a backend's session thread, a
-        fence draw). Callbacks must be quick and must not call the lock backend.
-        """
+        fence draw). Callbacks must be quick, and must neither call the lock backend
+        nor read :attr:`fence` (a draw under way may be waiting for the thread that
+        runs them)."""
         with self._guard:
             lost = not self._valid
             self._callbacks.append(callback)

@@ -42,7 +42,8 @@ SCHEMA_LOCK = "schema/upgrade"
 
 
 def make_lock_backend(config: Config, store: Store) -> LockBackend:
-    """The configured backend; fences of file and postgres locks come from the store."""
+    """The configured backend, recording every fence it draws in ``store``: file and
+    postgres draw theirs there, ZooKeeper and memory record their own."""
     identity = config.server.id
     lock_url = config.lock.url or config.database_url
     if config.lock.backend == "postgres" and not lock_url.startswith("postgresql"):
@@ -55,10 +56,11 @@ def make_lock_backend(config: Config, store: Store) -> LockBackend:
                      "next_fence": store.epochs.bump, "holder_of": store.epochs.holder,
                      "session_timeout": config.lock.session_timeout},
         "zookeeper": {"hosts": config.zookeeper.hosts, "root": config.zookeeper.root,
-                      "identity": identity,
+                      "identity": identity, "record_fence": store.epochs.advance,
                       "session_timeout": config.zookeeper.session_timeout,
                       "auth": (config.zookeeper.auth.get_secret_value()
                                if config.zookeeper.auth else None)},
+        "memory": {"record_fence": store.epochs.advance, "identity": identity},
     }
     return create_lock_backend(config.lock.backend, **options.get(config.lock.backend, {}))
 

@@ -72,7 +72,7 @@ class Listener(WakeSource):
     name, what = "pg-listen", "LISTEN connection"
 
     def __init__(self, url: str, wake: threading.Event) -> None:
-        from locks.postgres import libpq_params
+        from jobserver.store.engine import libpq_params
 
         super().__init__(wake)
         self._params = libpq_params(url)

@@ -22,6 +22,13 @@ BACKENDS: dict[str, tuple[str, str, str | None]] = {
 
 
 def create_lock_backend(name: str, **options: Any) -> LockBackend:
+    """A new backend ``name``, built with ``options`` as its constructor's keyword
+    arguments: the store's fence recorder among them, which a node passes (see
+    ``jobserver.node.make_lock_backend``) so that every fence drawn is recorded.
+
+    Raises :class:`ConfigError` for an unknown name, and for a backend whose library
+    is missing, naming the extra that installs it.
+    """
     if name not in BACKENDS:
         raise ConfigError(f"lock.backend: unknown backend {name!r}; "
                           f"choose one of {', '.join(sorted(BACKENDS))}")

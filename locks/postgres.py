@@ -22,10 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg2
-from sqlalchemy.engine import make_url
 
 from jobserver.exceptions import LockError
-from locks.base import Lease, LockBackend
+from jobserver.store.engine import libpq_params
+from locks.base import DrawFence, Lease, LockBackend, election_key
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +37,16 @@ def advisory_key(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
 
 
-def libpq_params(url: str) -> dict[str, Any]:
-    parsed = make_url(url)
-    params = {"host": parsed.host, "port": parsed.port, "user": parsed.username,
-              "password": parsed.password, "dbname": parsed.database}
-    return {name: value for name, value in params.items() if value is not None}
-
-
 class PostgresLease(Lease):
-    def __init__(self, key: str, backend: PostgresLockBackend,
-                 next_fence: Callable[[str, str], int], holder: str) -> None:
-        super().__init__(key, lambda: backend._confirm(self, next_fence(key, holder)))
+    def __init__(self, key: str, backend: PostgresLockBackend, next_fence: DrawFence,
+                 holder: str) -> None:
+        super().__init__(key)
         self._backend = backend
+        self._next_fence = next_fence
+        self._holder = holder
+
+    def _draw_fence(self) -> int:
+        return self._backend._confirm(self, self._next_fence(self.key, self._holder))
 
     def _release(self) -> None:
         self._backend._unlock(self)
@@ -56,9 +54,8 @@ class PostgresLease(Lease):
 
 class PostgresLockBackend(LockBackend):
     name = "postgres"
-    fences_from_store = True
 
-    def __init__(self, url: str, identity: str, next_fence: Callable[[str, str], int],
+    def __init__(self, url: str, identity: str, next_fence: DrawFence,
                  holder_of: Callable[[str], str | None], session_timeout: float = 5.0) -> None:
         self._params = libpq_params(url)
         self._identity = identity
@@ -136,9 +133,14 @@ class PostgresLockBackend(LockBackend):
 
     def elect(self, name: str, identity: str, blocking: bool = True,
               timeout: float | None = None) -> Lease | None:
-        lease = self._take(f"election/{name}", identity, blocking, timeout)
+        """The fence is drawn at once: its row in the store names the holder, which
+        :meth:`leader` reads."""
+        lease = self._take(election_key(name), identity, blocking, timeout)
         if lease is not None:
-            lease.fence  # noqa: B018 - drawing the fence records the leader's identity
+            try:
+                lease.fence  # noqa: B018 - drawing the fence records the leader's identity
+            except LockError:
+                return None  # lost before it could name its holder
         return lease
 
     def _take(self, key: str, holder: str, blocking: bool,
@@ -161,8 +163,7 @@ class PostgresLockBackend(LockBackend):
         draw proves (a session advisory lock ends only with an unlock or the session).
         A holder stalled between acquiring and drawing may have lost the lock meanwhile
         and another node may have taken it and drawn a smaller fence: then the failed
-        round trip marks the lease lost, and callers check ``is_valid()`` after the
-        draw before claiming anything under it."""
+        round trip marks the lease lost and the draw raises :class:`LockError`."""
         try:
             self._query("SELECT 1")
         except LockError:
@@ -171,6 +172,7 @@ class PostgresLockBackend(LockBackend):
             held = self._leases.get(lease.key) is lease
         if not held:
             lease.mark_lost("the lock session ended before the fence was drawn")
+            raise LockError(f"lease {lease.key} was lost while its fence was drawn")
         return fence
 
     def _unlock(self, lease: PostgresLease) -> None:
@@ -217,11 +219,8 @@ class PostgresLockBackend(LockBackend):
         return (rejoined_at is not None and
                 time.monotonic() - rejoined_at < 2 * PING_INTERVAL + self._session_timeout)
 
-    def _publish_leader(self, name: str, identity: str, lease: Lease) -> None:
-        """Done by :meth:`elect`: the fence row names the holder."""
-
     def leader(self, name: str) -> str | None:
-        key = f"election/{name}"
+        key = election_key(name)
         if not self.is_held(key):
             return None
         return self._holder_of(key)

@@ -32,7 +32,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
 from jobserver.exceptions import LockError
-from locks.base import Lease, LockBackend
+from locks.base import Lease, LockBackend, RecordFence, election_key
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,26 @@ def digest_acl_options(auth: str | None) -> dict[str, Any]:
 
 
 class ZooKeeperLease(Lease):
-    def __init__(self, key: str, fence: int, lock: Any, backend: ZooKeeperLockBackend) -> None:
-        super().__init__(key, fence)
+    """The fence is the lock node's ``czxid``, recorded in the store on first use. A
+    larger one recorded already means another node held the lock after this one
+    queued for it (this session lost it unnoticed, or the ensemble was replaced): the
+    lease is lost then, and its node deleted so that the lock is free for others."""
+
+    def __init__(self, key: str, czxid: int, holder: str, lock: Any,
+                 backend: ZooKeeperLockBackend) -> None:
+        super().__init__(key)
+        self._czxid = czxid
+        self._holder = holder
         self._lock = lock
         self._backend = backend
+
+    def _draw_fence(self) -> int:
+        if self._backend._record_fence(self.key, self._czxid, self._holder):
+            return self._czxid
+        self._backend._forget(self)
+        self.mark_lost(f"a lease newer than fence {self._czxid} is recorded")
+        self._backend._delete_lock_node(self._lock, self.key)
+        raise LockError(f"lease {self.key}: fence {self._czxid} is superseded")
 
     def _release(self) -> None:
         self._backend._forget(self)
@@ -71,9 +87,11 @@ class ZooKeeperLease(Lease):
 class ZooKeeperLockBackend(LockBackend):
     name = "zookeeper"
 
-    def __init__(self, hosts: str, identity: str, root: str = "/jobserver",
-                 session_timeout: float = 6.0, auth: str | None = None) -> None:
+    def __init__(self, hosts: str, identity: str, record_fence: RecordFence,
+                 root: str = "/jobserver", session_timeout: float = 6.0,
+                 auth: str | None = None) -> None:
         self._identity = identity
+        self._record_fence = record_fence
         self._root = "/" + root.strip("/")
         # Reconnect at least every second: kazoo's default backoff grows to an hour,
         # so after an outage of N seconds a client might wait about N more before it
@@ -158,7 +176,9 @@ class ZooKeeperLockBackend(LockBackend):
 
     def elect(self, name: str, identity: str, blocking: bool = True,
               timeout: float | None = None) -> Lease | None:
-        return self._take(f"election/{name}", identity, blocking, timeout)
+        """The lock node's data is ``identity`` (kazoo's ``identifier``), which
+        :meth:`leader` reads from the first contender."""
+        return self._take(election_key(name), identity, blocking, timeout)
 
     def _take(self, key: str, identity: str, blocking: bool,
               timeout: float | None) -> Lease | None:
@@ -183,7 +203,7 @@ class ZooKeeperLockBackend(LockBackend):
         if stat is None:
             lock.release()
             raise LockError(f"ZooKeeper lock {key}: node vanished right after acquisition")
-        lease = ZooKeeperLease(key, stat.czxid, lock, self)
+        lease = ZooKeeperLease(key, stat.czxid, identity, lock, self)
         with self._mutex:
             self._leases[key] = lease
         return lease
@@ -252,12 +272,9 @@ class ZooKeeperLockBackend(LockBackend):
         except (KazooException, KazooTimeoutError):
             return None
 
-    def _publish_leader(self, name: str, identity: str, lease: Lease) -> None:
-        """The lock node's data is the identity already (kazoo's ``identifier``)."""
-
     def leader(self, name: str) -> str | None:
         try:
-            contenders = self._client.Lock(self._path(f"election/{name}")).contenders()
+            contenders = self._client.Lock(self._path(election_key(name))).contenders()
         except (KazooException, KazooTimeoutError):
             return None
         return contenders[0] if contenders else None

@@ -142,18 +142,21 @@ class Scheduler(ABC):
         return lease
 
     def record_lease(self, lease: Lease) -> bool:
-        """Make ``lease`` the newest known to the store; False if it is already stale.
+        """Whether claims may rely on ``lease``: its fence is drawn, which records it
+        in the store as the newest of its key (see :attr:`Lease.fence`), and the lease
+        is still valid. False for a lease lost or superseded before that."""
+        try:
+            lease.fence  # noqa: B018 - drawing the fence records it
+        except LockError:
+            return False
+        return lease.is_valid()
 
-        File and postgres fences are drawn from the store, so they are recorded
-        already; ZooKeeper's ``czxid`` is written here before any claim relies on it.
-        """
-        if self.ctx.locks.fences_from_store:
-            try:
-                lease.fence  # noqa: B018 - draws (and so records) the fence
-            except LockError:
-                return False  # lost before its fence could be drawn
-            return lease.is_valid()  # not lost before the draw (see PostgresLease)
-        return self.ctx.store.epochs.advance(lease.key, lease.fence, self.ctx.node_id)
+    def announce(self, role: str) -> None:
+        """Record this node's scheduling role for the cluster view; best effort."""
+        try:
+            self.ctx.store.servers.set_role(self.ctx.node_id, role)
+        except Exception:  # noqa: BLE001 - the role is for display; scheduling goes on
+            log.warning("could not record role %s", role, exc_info=True)
 
     def rescue_orphans(self) -> int:
         """Re-queue jobs RUNNING on dead nodes. A node is dead when its presence lock

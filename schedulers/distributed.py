@@ -36,7 +36,6 @@ class DistributedScheduler(Scheduler):
 
     def __init__(self, ctx: SchedulerContext) -> None:
         super().__init__(ctx)
-        self._recorded_presence: Lease | None = None
         self._segments = 0
 
     def run(self) -> None:
@@ -82,12 +81,8 @@ class DistributedScheduler(Scheduler):
         """Claim up to ``room`` jobs without a ``lock_key`` at once, under the presence
         lease (recorded as the newest of its key before the first claim relies on it)."""
         lease = self.ctx.presence()
-        if lease is None or not lease.is_valid():
+        if lease is None or not self.record_lease(lease):
             return 0
-        if lease is not self._recorded_presence:
-            if not self.record_lease(lease):
-                return 0
-            self._recorded_presence = lease
         return self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, room,
                                                     keyless=True))
 

@@ -100,18 +100,12 @@ class LeaderScheduler(Scheduler):
         self.lease = lease
         self.ctx.wake.set()  # assign at once rather than at the work loop's next poll
         self.publish(NodeEvent("became_active", self.ctx.node_id))
-        self._announce_role("active")
+        self.announce("active")
         while not self.ctx.stopping.is_set() and lease.is_valid():
             self.ctx.stopping.wait(ELECTION_WAIT)
         if not lease.is_valid():
             log.error("lost leadership (fence %s)", lease.fence)
-        self._announce_role("standby")
-
-    def _announce_role(self, role: str) -> None:
-        try:
-            self.ctx.store.servers.set_role(self.ctx.node_id, role)
-        except Exception:
-            log.warning("could not record role %s", role, exc_info=True)
+        self.announce("standby")
 
     def _assign(self) -> tuple[int, bool]:
         """One assignment round: the jobs given to other nodes plus those started here,

@@ -17,7 +17,8 @@ from schedulers.base import Scheduler, Ticker
 
 log = logging.getLogger(__name__)
 
-GLOBAL_LOCK = "scheduler/global"  # = ACTIVE_LOCK[SINGLE]
+#: The lock whose holder is the active scheduler.
+GLOBAL_LOCK = "scheduler/global"
 LOCK_WAIT = 1.0
 
 
@@ -43,13 +44,14 @@ class SingleScheduler(Scheduler):
 
     def _schedule(self, lease: Lease) -> None:
         if not self.record_lease(lease):
-            log.warning("global lock fence %s is already stale; letting go", lease.fence)
+            log.warning("the global lock was lost or superseded before its first claim; "
+                        "letting go")
             return
         log.info("node %s is the active scheduler (fence %s)", self.ctx.node_id, lease.fence)
         lease.on_lost(lambda _lease: self.ctx.wake.set())
         self.active = True
         self.publish(NodeEvent("became_active", self.ctx.node_id))
-        self._announce("active")
+        self.announce("active")
         rescue = Ticker(self.ctx.config.server.heartbeat_interval)
         poll = self.ctx.config.scheduler.poll_interval
         while not self.ctx.stopping.is_set() and lease.is_valid():
@@ -64,9 +66,3 @@ class SingleScheduler(Scheduler):
                 self.wait_for_work(poll)
         if not lease.is_valid():
             log.error("lost the global lock (fence %s): stopped claiming", lease.fence)
-
-    def _announce(self, role: str) -> None:
-        try:
-            self.ctx.store.servers.set_role(self.ctx.node_id, role)
-        except Exception:
-            log.warning("could not record role %s", role, exc_info=True)

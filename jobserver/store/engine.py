@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, bindparam, create_engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
@@ -102,6 +103,15 @@ def _with_driver(url: str) -> str:
         raise ConfigError("database.url is PostgreSQL but psycopg is missing: "
                           "pip install 'jobserver[postgres]'") from None
     return f"postgresql+psycopg://{rest}"
+
+
+def libpq_params(url: str) -> dict[str, Any]:
+    """A PostgreSQL URL as libpq's connection parameters, for the connections the
+    store's engine does not pool: the lock session and the LISTEN connection."""
+    parsed = make_url(url)
+    params = {"host": parsed.host, "port": parsed.port, "user": parsed.username,
+              "password": parsed.password, "dbname": parsed.database}
+    return {name: value for name, value in params.items() if value is not None}
 
 
 def sqlite_path(url: str) -> str | None:

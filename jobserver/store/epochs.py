@@ -1,9 +1,10 @@
 """Fence counters: the store's record of the newest lease of every lock key.
 
-Backends without a version of their own (file, postgres) draw fences here with
-:meth:`bump`; backends with one (ZooKeeper's ``czxid``) record theirs with
-:meth:`advance`. Claims check that their fence is still the newest of their key, so a
-scheduler whose lease was taken over cannot claim even before it notices the loss.
+Every lock backend records here each fence it draws: those without a version of
+their own (file, postgres) draw fences with :meth:`bump`; those with one (ZooKeeper's
+``czxid``, the memory backend's counter) record theirs with :meth:`advance`. Claims
+check that their fence is still the newest of their key, so a scheduler whose lease
+was taken over cannot claim even before it notices the loss.
 """
 
 from __future__ import annotations
@@ -66,13 +67,3 @@ class EpochRepository:
         """Who took the newest lease of ``key`` (it may have been released since)."""
         with self._tx.read() as conn:
             return conn.execute(select(epochs.c.holder).where(epochs.c.key == key)).scalar()
-
-    def all(self) -> list[dict[str, object]]:
-        with self._tx.read() as conn:
-            rows = conn.execute(select(epochs).order_by(epochs.c.key)).mappings().all()
-            return [dict(row) for row in rows]
-
-    def current(self, key: str) -> int:
-        with self._tx.read() as conn:
-            value = conn.execute(select(epochs.c.epoch).where(epochs.c.key == key)).scalar()
-            return int(value or 0)

@@ -25,6 +25,7 @@ from sqlalchemy import func, select
 
 from jobserver.store import Store
 from jobserver.store.tables import epochs, events, jobs
+from schedulers import ACTIVE_LOCK
 from tests.chaos import ledger as ledger_mod
 from tests.chaos.ledger import JobOutcome, Report
 from tests.helpers import free_port, wait_for
@@ -49,9 +50,7 @@ CHAOS_ENV = {
     "JOBSERVER_ZOOKEEPER__SESSION_TIMEOUT": str(ZK_SESSION_TIMEOUT),
 }
 
-#: The lock whose holder is the cluster's one active scheduler, per mode.
-ACTIVE_LOCK = {"single": "scheduler/global", "leader": "election/scheduler"}
-#: What a node logs when it becomes that holder.
+#: What a node logs when it becomes the holder of its mode's ``ACTIVE_LOCK``.
 ACTIVE_LOG = {"single": "is the active scheduler", "leader": "is the leader"}
 FENCED_LOG = "refused; the job now belongs to"
 #: The two ways a node notices a job was taken from it: a write refused under its

@@ -42,11 +42,13 @@ import psycopg2
 import pytest
 from sqlalchemy import func, select
 
+from jobserver.store.engine import libpq_params
 from jobserver.store.tables import epochs, jobs
-from locks.postgres import advisory_key, libpq_params
+from locks.postgres import advisory_key
+from schedulers import ACTIVE_LOCK
 from schedulers.base import presence_key
 from tests.chaos import ledger as ledger_mod
-from tests.chaos.cluster import ACTIVE_LOCK, MODES, Backend, ChaosCluster, Figures
+from tests.chaos.cluster import MODES, Backend, ChaosCluster, Figures
 from tests.chaos.conftest import PostgresServer, make_backend
 from tests.chaos.test_chaos import _check_capacity, _check_reruns
 from tests.helpers import wait_for

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from jobserver.config import load_config
-from jobserver.exceptions import ConfigError
+from jobserver.exceptions import ConfigError, LockError
 from jobserver.node import make_lock_backend
 from jobserver.store import Store
+from jobserver.store.tables import epochs
 from locks import create_lock_backend
 from locks.base import LockBackend
 from tests.helpers import wait_for
@@ -40,9 +42,14 @@ class Setup:
         return load_config(environ={**self.env, "JOBSERVER_SERVER__ID": node})
 
     def backend(self, node: str = "test-node") -> LockBackend:
-        if self.name == "memory":
-            return create_lock_backend("memory")
         return make_lock_backend(self.config(node), self.store)
+
+    def recorded(self, key: str) -> tuple[int, str | None] | None:
+        """The newest fence of ``key`` in the store, and its holder."""
+        with self.store.tx.read() as conn:
+            row = conn.execute(select(epochs.c.epoch, epochs.c.holder)
+                               .where(epochs.c.key == key)).first()
+        return None if row is None else (row.epoch, row.holder)
 
 
 @pytest.fixture(params=["file", "memory", "postgres", "zookeeper"])
@@ -90,6 +97,58 @@ def test_fence_grows_with_every_acquisition(backend: LockBackend) -> None:
         with backend.acquire("k") as lease:
             fences.append(lease.fence)
     assert fences == sorted(fences) and len(set(fences)) == 3
+
+
+def test_drawing_a_fence_records_it_as_the_newest(setup: Setup, backend: LockBackend) -> None:
+    lease = backend.acquire("k")
+    assert setup.recorded("k") is None  # drawn on first use: a lock fencing nothing
+    fence = lease.fence
+    assert setup.recorded("k") == (fence, "test-node")
+    assert lease.fence == fence  # drawn once
+    lease.release()
+    elected = backend.elect("scheduler", "node-1")
+    fence = elected.fence
+    assert setup.recorded("election/scheduler") == (fence, "node-1")
+    elected.release()
+
+
+#: Backends that draw fences from the store, above anything recorded there.
+DRAW_FROM_STORE = {"file", "postgres"}
+
+
+def test_a_fence_older_than_the_newest_recorded_is_refused(setup: Setup,
+                                                          backend: LockBackend) -> None:
+    """Another holder recorded a newer lease of the key after this one was taken: a
+    backend drawing from the store draws above it, one with its own fence finds its
+    fence superseded, and the lease is lost and its lock given up."""
+    lease = backend.acquire("k")
+    lost = threading.Event()
+    lease.on_lost(lambda _lease: lost.set())
+    newer = 1 << 62
+    assert setup.store.epochs.advance("k", newer, "elsewhere")
+    if setup.name in DRAW_FROM_STORE:
+        assert lease.fence > newer and setup.recorded("k") == (lease.fence, "test-node")
+        lease.release()
+        return
+    with pytest.raises(LockError, match="superseded"):
+        lease.fence  # noqa: B018
+    assert not lease.is_valid() and lost.is_set()
+    with pytest.raises(LockError):
+        lease.fence  # noqa: B018 - refused for good
+    assert setup.recorded("k") == (newer, "elsewhere")
+    assert backend.is_held("k") is False
+    again = backend.acquire("k", blocking=False)
+    assert again is not None
+    again.release()
+
+
+def test_a_fence_is_not_drawn_for_a_released_lease(setup: Setup,
+                                                   backend: LockBackend) -> None:
+    lease = backend.acquire("k")
+    lease.release()
+    with pytest.raises(LockError):
+        lease.fence  # noqa: B018
+    assert setup.recorded("k") is None
 
 
 def test_blocking_timeout_and_handover(backend: LockBackend) -> None:
@@ -158,12 +217,37 @@ def test_loss_is_exposed(setup: Setup, backend: LockBackend) -> None:
     _force_loss(setup, backend)
     assert lost.wait(5), "the backend did not report the lost lease"
     assert not lease.is_valid()
+    with pytest.raises(LockError):
+        lease.fence  # noqa: B018 - a lost lease fences nothing
     late = threading.Event()
     lease.on_lost(lambda _lease: late.set())  # registering after the loss still reports it
     assert late.is_set()
     again = wait_for(lambda: _try(backend), timeout=10, what="the lock to be acquirable again")
     assert again.fence > 0
     again.release()
+
+
+def test_postgres_fence_drawn_after_the_session_ended_is_refused(
+        store_on_postgres: Store, tmp_path: Path) -> None:
+    """The lock session ends between the acquisition and the first read of the fence:
+    the fence is refused, whether the draw or the session monitor finds out first."""
+    from locks.postgres import PostgresLockBackend
+
+    backend = PostgresLockBackend(store_on_postgres.url, "stalled",
+                                  next_fence=store_on_postgres.epochs.bump,
+                                  holder_of=store_on_postgres.epochs.holder)
+    try:
+        lease = backend.acquire("k")
+        with store_on_postgres.engine.connect() as conn:
+            conn.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'jobserver-locks stalled' "
+                "AND datname = current_database()")
+        with pytest.raises(LockError):
+            lease.fence  # noqa: B018
+        assert not lease.is_valid()
+    finally:
+        backend.close()
 
 
 def _try(backend: LockBackend):
@@ -219,12 +303,13 @@ def test_zookeeper_backend_closes_while_the_server_is_down(tmp_path: Path) -> No
     """A node stopping during a ZooKeeper outage releases its locks and exits: kazoo
     would retry each delete until the server came back. Once the server is back, the
     locks are free again after the session timeout at most."""
+    from locks.memory import record_nowhere
     from locks.zookeeper import ZooKeeperLockBackend
     from tests.conftest import started_zookeeper
 
     session = 4.0
     with started_zookeeper(tmp_path / "zookeeper") as server:
-        holder = ZooKeeperLockBackend(server.hosts, "holder", root="/close",
+        holder = ZooKeeperLockBackend(server.hosts, "holder", record_nowhere, root="/close",
                                       session_timeout=session)
         presence, scheduler = holder.acquire("node/holder"), holder.acquire("scheduler")
         assert presence is not None and scheduler is not None
@@ -238,7 +323,7 @@ def test_zookeeper_backend_closes_while_the_server_is_down(tmp_path: Path) -> No
         assert not closing.is_alive(), "release and close waited for ZooKeeper"
         assert time.monotonic() - began < 2.0
         server.start()
-        other = ZooKeeperLockBackend(server.hosts, "other", root="/close",
+        other = ZooKeeperLockBackend(server.hosts, "other", record_nowhere, root="/close",
                                      session_timeout=session)
         try:
             lease = other.acquire("scheduler", timeout=session + 5)
@@ -253,12 +338,13 @@ def test_zookeeper_release_cut_off_midway_ends_within_a_session_timeout(
     """The connection drops while a release is under way (simulated: the backend has
     not yet heard of the drop): the delete waits for ZooKeeper at most one session
     timeout, then leaves the node to the session."""
+    from locks.memory import record_nowhere
     from locks.zookeeper import ZooKeeperLockBackend
     from tests.conftest import started_zookeeper
 
     session = 3.0
     with started_zookeeper(tmp_path / "zookeeper") as server:
-        holder = ZooKeeperLockBackend(server.hosts, "holder", root="/cut",
+        holder = ZooKeeperLockBackend(server.hosts, "holder", record_nowhere, root="/cut",
                                       session_timeout=session)
         lease = holder.acquire("scheduler")
         assert lease is not None
@@ -281,14 +367,15 @@ def test_zookeeper_standby_waiting_for_a_lock_gives_up_when_stopped_during_an_ou
     keeps that acquisition waiting for the connection, past its timeout; when the node
     stops, ``abort_waits`` ends it at once and the backend closes."""
     from jobserver.exceptions import LockError
+    from locks.memory import record_nowhere
     from locks.zookeeper import ZooKeeperLockBackend
     from tests.conftest import started_zookeeper
 
     session = 4.0
     with started_zookeeper(tmp_path / "zookeeper") as server:
-        holder = ZooKeeperLockBackend(server.hosts, "holder", root="/standby",
+        holder = ZooKeeperLockBackend(server.hosts, "holder", record_nowhere, root="/standby",
                                       session_timeout=session)
-        standby = ZooKeeperLockBackend(server.hosts, "standby", root="/standby",
+        standby = ZooKeeperLockBackend(server.hosts, "standby", record_nowhere, root="/standby",
                                        session_timeout=session)
         assert holder.acquire("scheduler") is not None
         outcome: list[object] = []

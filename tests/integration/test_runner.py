@@ -221,7 +221,7 @@ def _scheduler(store: Store, locks, node: str) -> tuple[SingleScheduler, Harness
 
 def test_single_mode_one_active_takeover_and_fencing(store: Store, tmp_path: Path) -> None:
     """A loses its lease while a job runs; B takes over, re-runs it, A is fenced off."""
-    locks = create_lock_backend("memory")
+    locks = create_lock_backend("memory", record_fence=store.epochs.advance)
     for node in ("A", "B"):
         store.servers.register(node, "h", 1, "single", 4)
     a, a_harness, a_thread = _scheduler(store, locks, "A")
@@ -319,7 +319,7 @@ def test_a_segment_lock_that_outlived_the_presence_lock_claims_nothing(store: St
     then, so it must claim nothing and let the segment go."""
     store.servers.register("A", "h", 1, "distributed", 4)
     first, second = submit(store, lock_key="one"), submit(store, lock_key="two")
-    memory = create_lock_backend("memory")
+    memory = create_lock_backend("memory", record_fence=store.epochs.advance)
     harness = Harness(store, "A")
     try:
         ctx = harness.context(memory)
@@ -348,7 +348,7 @@ def test_the_leader_starts_its_own_share_in_the_assignment_round(store: Store) -
         store.servers.register(node, "h", 1, "leader", 4)
     job_ids = [submit(store, steps=[{"name": "s", "type": "sleep", "seconds": 0.3}])
                for _ in range(6)]
-    memory = create_lock_backend("memory")
+    memory = create_lock_backend("memory", record_fence=store.epochs.advance)
     memory.acquire(presence_key("B"))
     harness = Harness(store, "A")
     try:
@@ -372,9 +372,9 @@ def test_a_new_leader_starts_what_an_earlier_leader_assigned_to_it(store: Store)
     it took over must still start."""
     store.servers.register("A", "h", 1, "leader", 4)
     job_ids = [submit(store) for _ in range(3)]
-    memory = create_lock_backend("memory")
+    memory = create_lock_backend("memory", record_fence=store.epochs.advance)
     earlier = memory.elect(ELECTION, "B")
-    assert earlier is not None and store.epochs.advance(earlier.key, earlier.fence, "B")
+    assert earlier is not None and earlier.fence  # drawn, so recorded, before assigning
     assert store.runs.assign(earlier, {"A": job_ids}) == 3
     earlier.release()
     harness = Harness(store, "A")

@@ -422,7 +422,7 @@ def test_zookeeper_nodes_are_private_with_credentials(zookeeper: str, tmp_path: 
         "JOBSERVER_ZOOKEEPER__AUTH": "digest:jobserver:s3cret-pass",
         "JOBSERVER_SERVER__ID": "node-acl"})
     assert "s3cret" not in repr(config)
-    store = Store(f"sqlite:///{tmp_path / 'unused.db'}")  # ZooKeeper fences need no store
+    store = Store(f"sqlite:///{tmp_path / 'fences.db'}")  # no fence is drawn here
     backend = make_lock_backend(config, store)
     strangers = [KazooClient(hosts=zookeeper),
                  KazooClient(hosts=zookeeper, auth_data=[("digest", "jobserver:wrong")])]
@@ -457,9 +457,10 @@ def test_zookeeper_nodes_are_private_with_credentials(zookeeper: str, tmp_path: 
 def test_zookeeper_without_credentials_keeps_open_acls(zookeeper: str) -> None:
     from kazoo.security import OPEN_ACL_UNSAFE
 
+    from locks.memory import record_nowhere
     from locks.zookeeper import ZooKeeperLockBackend
 
-    backend = ZooKeeperLockBackend(zookeeper, "node-open",
+    backend = ZooKeeperLockBackend(zookeeper, "node-open", record_nowhere,
                                    root=f"/jobserver-open-{uuid.uuid4().hex[:8]}")
     try:
         lease = backend.acquire("k", blocking=False)

@@ -17,9 +17,12 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobserver.exceptions import LockError
+
+if TYPE_CHECKING:
+    from jobserver.loops import Loop
 
 log = logging.getLogger(__name__)
 
@@ -163,3 +166,8 @@ class LockBackend(ABC):
 
     def close(self) -> None:
         """Release everything and drop connections; leases become invalid."""
+
+    def loops(self) -> list[Loop]:
+        """The backend's background loops (a connection monitor), for the node to
+        supervise: one that dies takes the node down. The default has none."""
+        return []

@@ -4,7 +4,8 @@ Server commands (``serve``, ``cluster``, ``db upgrade``) read the config; client
 commands talk to the API with ``--url``/``JOBSERVER_URL`` and
 ``--token``/``JOBSERVER_TOKEN`` (falling back to the config and the token file that
 ``jobserver cluster`` writes). Exit codes: 0 success, 1 the API refused, 2 bad usage
-or configuration, 3 a node stopped without draining.
+or configuration, 3 a node stopped without draining, 4 a node gave up because one of
+its background loops died (``jobserver.serve``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobserver import cli_tokens
-from jobserver.config import Config, load_config
+from jobserver.config import CONFIG_ENV, Config, load_config
 from jobserver.exceptions import ConfigError, JobServerError
 from jobserver.logs import FORMATS, default_format, setup_logging
 
@@ -100,6 +100,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serve":
         from jobserver.serve import serve
 
+        if args.config:  # the API processes load the config again: the same file
+            os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
         return serve(load_config(args.config))
     if args.command == "cluster" and args.nodes is None:  # the status view
         if args.demo:

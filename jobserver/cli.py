@@ -4,7 +4,8 @@ Server commands (``serve``, ``cluster``, ``db upgrade``) read the config; client
 commands talk to the API with ``--url``/``JOBSERVER_URL`` and
 ``--token``/``JOBSERVER_TOKEN`` (falling back to the config and the token file that
 ``jobserver cluster`` writes). Exit codes: 0 success, 1 the API refused, 2 bad usage
-or configuration, 3 a node stopped without draining.
+or configuration, 3 a node stopped without draining, 4 a node gave up because one of
+its background loops died (``jobserver.serve``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobserver import cli_tokens
-from jobserver.config import Config, load_config
+from jobserver.config import CONFIG_ENV, Config, load_config
 from jobserver.exceptions import ConfigError, JobServerError
 from jobserver.logs import FORMATS, default_format, setup_logging
 
@@ -99,6 +100,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serve":
         from jobserver.serve import serve
 
+        if args.config:  # the API processes load the config again: the same file
+            os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
         return serve(load_config(args.config))
     if args.command == "cluster" and args.nodes is None:  # the status view
         if args.demo:

@@ -20,6 +20,7 @@ from pathlib import Path
 from jobserver.client import Client
 from jobserver.config import Config
 from jobserver.exceptions import JobServerError
+from jobserver.serve import EXIT_CODES
 from jobserver.store import Store
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -47,6 +48,12 @@ def node_env(config: Config, index: int, token: str) -> dict[str, str]:
                 JOBSERVER_API__TOKENS=token,
                 JOBSERVER_API__BIND=config.api.bind,
                 JOBSERVER_API__REUSE_PORT="true")
+
+
+def describe_exit(index: int, code: int, log_dir: Path) -> str:
+    """One line on a node that exited: its code, what the code means, where its log is."""
+    meaning = EXIT_CODES.get(code, "killed by a signal" if code < 0 else "failed")
+    return f"node-{index} exited with {code}: {meaning}; log: {log_dir}/node-{index}.log"
 
 
 class LocalCluster:
@@ -121,7 +128,7 @@ class LocalCluster:
         while True:
             for index, process in self.processes.items():
                 if process.poll() is not None and index not in reported:
-                    print(f"node-{index} exited with {process.returncode}", flush=True)
+                    print(describe_exit(index, process.returncode, self.log_dir), flush=True)
                     reported.add(index)
             if len(reported) == len(self.processes):
                 return

@@ -1,7 +1,13 @@
 """Every error jobserver raises on purpose derives from :class:`JobServerError`.
 
-The HTTP layer maps each class to a status code and a stable ``code`` string, so a
-caller can tell a bad request from a conflict without parsing messages.
+Each class carries a stable ``code`` string, so a caller can tell a bad request from a
+conflict without parsing messages. What an error means on the wire is the caller's
+business: the HTTP API maps classes to status codes in one table
+(:data:`jobserver.api.HTTP_STATUS`), the command line to exit codes.
+
+Errors of the database driver never leave the store: :mod:`jobserver.store` turns them
+into :class:`StoreError` (a bug: surface it) or :class:`StoreUnavailable` (an outage:
+worth a retry). :data:`TRANSIENT` is what a background loop retries per round.
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ class JobServerError(Exception):
     """Base class of all jobserver errors."""
 
     code = "internal_error"
-    http_status = 500
 
     def __init__(self, message: str, details: Any = None) -> None:
         super().__init__(message)
@@ -31,26 +36,22 @@ class InvalidRequest(JobServerError):
     """A request or job spec failed validation; ``details`` lists the fields."""
 
     code = "invalid_request"
-    http_status = 422
 
 
 class MalformedRequest(InvalidRequest):
     """The body could not be parsed at all (not JSON)."""
 
     code = "malformed_request"
-    http_status = 400
 
 
 class NotFound(JobServerError):
     code = "not_found"
-    http_status = 404
 
 
 class Conflict(JobServerError):
     """The request is well formed but clashes with the current state."""
 
     code = "conflict"
-    http_status = 409
 
 
 class IllegalTransition(Conflict):
@@ -69,21 +70,18 @@ class IllegalTransition(Conflict):
 
 class AuthError(JobServerError):
     code = "unauthorized"
-    http_status = 401
 
 
 class Forbidden(JobServerError):
     """A valid token without the scope the request needs; ``details`` name the scope."""
 
     code = "forbidden"
-    http_status = 403
 
 
 class RateLimited(JobServerError):
     """Too many requests for this token; retry after ``retry_after`` seconds."""
 
     code = "rate_limited"
-    http_status = 429
 
     def __init__(self, message: str, retry_after: int, details: Any = None) -> None:
         super().__init__(message, details)
@@ -99,14 +97,12 @@ class FencedOff(JobServerError):
     """
 
     code = "fenced_off"
-    http_status = 409
 
 
 class LockError(JobServerError):
     """A lock backend failed or a lease was used after it was lost."""
 
     code = "lock_error"
-    http_status = 503
 
 
 class RetryableListenerError(JobServerError):
@@ -125,3 +121,39 @@ class StepFailed(JobServerError):
     def __init__(self, message: str, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class StoreError(JobServerError):
+    """The store failed to run a statement for a reason a retry will not mend: a bug
+    (a statement the database refuses, a schema that is not there) rather than an
+    outage. The driver's error is the ``__cause__``; the message is the driver's."""
+
+    code = "store_error"
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot answer now but may in a moment: the connection was refused or
+    lost, the server is restarting or shutting down, an administrator ended the
+    session, SQLite's lock stayed busy, a transaction lost a serialization race.
+    Callers that must not lose a write retry it; background loops retry their round."""
+
+    code = "store_unavailable"
+
+
+class ConstraintViolation(StoreError):
+    """A write broke a unique, foreign-key or check constraint. Repositories catch it
+    where a race is expected (two first inserts of one key); elsewhere it is a bug."""
+
+    code = "constraint_violation"
+
+
+class LoopDied(JobServerError):
+    """A background loop that another depends on ended with an unexpected error (the
+    ``__cause__``); raised by the dependent one, which ends too."""
+
+    code = "loop_died"
+
+
+#: What a background loop expects and retries on its next round: an outage of the
+#: store or of the lock service. Anything else ends the loop (see ``jobserver.loops``).
+TRANSIENT: tuple[type[JobServerError], ...] = (StoreUnavailable, LockError)

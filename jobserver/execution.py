@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 from jobserver.completer import RETRY_FOR, Completer
 from jobserver.config import ShellStepConfig
 from jobserver.events import EventBus, NodeEvent, StateChange
-from jobserver.exceptions import FencedOff
+from jobserver.exceptions import FencedOff, StoreUnavailable
 from jobserver.logs import job_fields
 from jobserver.retrying import retry
 from jobserver.states import State
 from jobserver.steps import StepContext, StepFunction
-from jobserver.store import Store, StoreUnreachable
+from jobserver.store import Store
 from jobserver.store.records import Completion, JobRecord, StepOutcome, StepRecord
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class JobExecution:
         failover) for up to ``RETRY_FOR`` seconds, as the group commit does. Giving up
         at once would end the execution with its job still RUNNING in the store and
         its runner slot free: the node would take more jobs than it has slots."""
-        return retry(lambda: write(*args), on=StoreUnreachable, for_seconds=RETRY_FOR,
+        return retry(lambda: write(*args), on=StoreUnavailable, for_seconds=RETRY_FOR,
                      what=f"job {self.job.id}: store write", log_extra=self._log_extra())
 
     def _publish_operator_stop(self) -> None:

@@ -48,6 +48,7 @@ from jobserver.config import Config
 from jobserver.events import NodeEvent, StateChange
 from jobserver.exceptions import ConfigError, RetryableListenerError
 from jobserver.logs import job_fields
+from jobserver.loops import Loop
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +167,19 @@ class _NoMetrics:
         pass
 
 
-class ListenerWorker:
-    """One listener: its thread, its bounded queue, its restarts."""
+class ListenerWorker(Loop):
+    """One listener: its loop, its bounded queue, its restarts.
+
+    The loop is not a required one: what a listener raises is handled by its restart
+    policy, and should the machinery itself fail, only this listener's deliveries
+    end (logged), not the node.
+    """
+
+    thread_prefix = "listener:"
 
     def __init__(self, name: str, factory: Callable[[], Any], max_retries: int = -1,
                  queue_size: int = 10000, metrics: Any = None) -> None:
-        self.name = name
+        super().__init__(name, required=False)
         self._factory = factory
         self.max_retries = max_retries
         self._queue: deque[StateChange] = deque()
@@ -180,13 +188,10 @@ class ListenerWorker:
         self._last: OrderedDict[int, StateChange] = OrderedDict()
         self._instance: Any = None
         self._metrics = metrics or _NoMetrics()
-        self._stopping = threading.Event()
         self._drain_until = float("inf")
         self._consecutive = 0
         self.restarts = 0
         self.enabled = True
-        self._thread = threading.Thread(target=self._loop, name=f"listener:{name}",
-                                        daemon=True)
 
     # -- the publisher's side (must be quick) ------------------------------------------
     def offer(self, event: StateChange) -> None:
@@ -204,25 +209,32 @@ class ListenerWorker:
 
     def start(self) -> None:
         self._metrics.listener_enabled.labels(self.name).set(1)
-        self._thread.start()
+        super().start()
 
-    def stop(self, deadline: float) -> None:
-        """Work off the queue until ``deadline`` (monotonic), then stop."""
+    def stop(self) -> None:
+        """End after working off the queue until the drain deadline (see :meth:`drain`;
+        without one, the whole queue)."""
+        with self._cond:
+            self.stopping.set()
+            self._cond.notify()
+
+    def drain(self, deadline: float) -> bool:
+        """Work off the queue until ``deadline`` (monotonic), then stop; False, with a
+        warning, if the listener is still busy then."""
         with self._cond:
             self._drain_until = deadline
-            self._stopping.set()
-            self._cond.notify()
-        if self._thread.is_alive():
-            self._thread.join(max(0.0, deadline - time.monotonic()) + 0.5)
-        if self._thread.is_alive():
-            log.warning("listener %s is still busy; %d event(s) not delivered", self.name,
-                        len(self._queue))
+        self.stop()
+        if self.join(max(0.0, deadline - time.monotonic()) + 0.5):
+            return True
+        log.warning("listener %s is still busy; %d event(s) not delivered", self.name,
+                    len(self._queue))
+        return False
 
     # -- the listener's thread ----------------------------------------------------------
-    def _loop(self) -> None:
+    def run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._stopping.is_set():
+                while not self._queue and not self.stopping.is_set():
                     self._cond.wait()
                 if not self._queue or time.monotonic() > self._drain_until:
                     break
@@ -268,7 +280,7 @@ class ListenerWorker:
                     type(exc).__name__, exc, self.restarts, consequence,
                     exc_info=exc, extra=event_fields(event))
         delay = min(RESTART_BACKOFF * 2 ** (self._consecutive - 1), RESTART_BACKOFF_MAX)
-        if self._stopping.wait(delay) and time.monotonic() > self._drain_until:
+        if self.stopping.wait(delay) and time.monotonic() > self._drain_until:
             return False
         return True
 
@@ -323,10 +335,13 @@ class Listeners:
         for worker in self.workers:
             worker.start()
 
+    def loops(self) -> list[Loop]:
+        return list(self.workers)
+
     def stop(self, timeout: float = DRAIN_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         for worker in self.workers:
-            worker.stop(deadline)
+            worker.drain(deadline)
 
 
 def load_listener_class(name: str) -> type:

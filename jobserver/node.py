@@ -3,6 +3,12 @@
 Start-up order matters: the presence lock first (so a second process with the same
 ``server.id`` refuses to start), then registration, then re-queueing what this node
 id left RUNNING in an earlier life, and only then scheduling.
+
+Every background loop of the node is supervised (:mod:`jobserver.loops`): when a
+required one dies of an unexpected error the node marks itself failed for
+``/healthz``, stops at once without draining (its jobs go back to READY, its locks
+and its presence are released, its row is marked stopped) and :attr:`Node.failure`
+says why; ``jobserver serve`` then exits with its own code.
 """
 
 from __future__ import annotations
@@ -15,11 +21,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jobserver.config import Config
-from jobserver.exceptions import ConfigError, LockError
+from jobserver.exceptions import TRANSIENT, ConfigError, LockError, StoreError
 from jobserver.events import EventBus
 from jobserver.execution import NODE_STOPPING
 from jobserver.listeners import Listeners
 from jobserver.logs import job_fields
+from jobserver.loops import FailureMark, Loop, LoopDeath, Periodic, Supervisor
 from jobserver.metrics import NodeMetrics, multiprocess
 from jobserver.retrying import retry
 from jobserver.runner import Runner
@@ -117,8 +124,15 @@ class Node:
                                     presence=lambda: self._presence)
         self.scheduler: Scheduler = create_scheduler(self.ctx)
         self._presence: Lease | None = None
-        self._threads: list[threading.Thread] = []
+        self._heartbeat = Periodic("heartbeat", config.server.heartbeat_interval,
+                                   self.heartbeat)
+        self._scheduling = Loop("scheduler", self.scheduler.run, stopping=self.ctx.stopping,
+                                on_stop=self.ctx.wake.set)
         self._listener: WakeSource | None = None
+        self.supervisor = Supervisor(self._failed)
+        self._failure_mark = FailureMark(config.data_dir, self.id)
+        self._stop_lock = threading.Lock()
+        self._drained: bool | None = None  # once stopped: whether every job finished
         # Heartbeats go on while draining, or other nodes would rescue jobs this node is
         # still finishing; they stop only once the node is done.
         self._closed = threading.Event()
@@ -144,6 +158,7 @@ class Node:
                                                               blocking=False))
         if self._presence is None:
             raise ConfigError(f"server.id: {self.id!r} is in use by another live node")
+        self._failure_mark.clear()  # this process owns the id now
         self._presence.on_lost(lambda _lease: self.ctx.present.clear())
         self._register()
         self.listeners.start()
@@ -156,26 +171,29 @@ class Node:
                                      self.ctx.wake)
         if self._listener is not None:
             self._listener.start()
-        self._spawn("heartbeat", self._heartbeat_loop)
-        self._spawn("scheduler", self._scheduler_loop)
+        self._heartbeat.start()
+        self._scheduling.start()
+        self.supervisor.watch(*self.loops())
         log.info("node %s started in %s mode with %s lock backend", self.id,
                  self.config.scheduler.mode.value, self.config.lock.backend)
 
-    def _spawn(self, name: str, target) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+    def loops(self) -> list[Loop]:
+        """Every background loop of this node and of its parts."""
+        wake = [self._listener] if self._listener is not None else []
+        return [self._heartbeat, self._scheduling, *wake, *self.runner.loops(),
+                *self.locks.loops(), *self.listeners.loops()]
 
-    def _scheduler_loop(self) -> None:
-        try:
-            self.scheduler.run()
-        except Exception:
-            log.exception("scheduler loop crashed; this node no longer schedules")
+    @property
+    def failure(self) -> LoopDeath | None:
+        """Why this node gave up (a required loop died), or None."""
+        return self.supervisor.failure
 
-    def _heartbeat_loop(self) -> None:
-        interval = self.config.server.heartbeat_interval
-        while not self._closed.wait(interval):
-            self.heartbeat()
+    def _failed(self, death: LoopDeath) -> None:
+        """A required loop died: say so to ``/healthz``, then stop without draining."""
+        log.critical("%s: node %s gives up its jobs, locks and presence and stops",
+                     death.describe(), self.id)
+        self._failure_mark.write(death)
+        self.stop(drain_timeout=0)
 
     def heartbeat(self) -> None:
         self._keep_presence()
@@ -187,11 +205,11 @@ class Node:
                                                  self.scheduler.role)
             if not alive:
                 self._register()
-        except Exception:
+        except TRANSIENT:
             log.warning("heartbeat failed; will retry", exc_info=True)
         try:
             self._requeue_abandoned()
-        except Exception:
+        except TRANSIENT:
             log.warning("could not look for abandoned jobs; will retry", exc_info=True)
 
     def _requeue_abandoned(self) -> None:
@@ -236,7 +254,7 @@ class Node:
             return
         try:
             lease = self.locks.acquire(presence_key(self.id), blocking=False)
-        except Exception as exc:  # the session is not back yet; next heartbeat
+        except TRANSIENT as exc:  # the session is not back yet; next heartbeat
             log.warning("could not re-take the presence lock yet: %s", exc)
             return
         if lease is None:
@@ -257,7 +275,7 @@ class Node:
         self._drain_advertised = True
         try:
             self.store.servers.set_capacity(self.id, 0)
-        except Exception:  # the leader may assign a job or two more; the drain goes on
+        except StoreError:  # the leader may assign a job or two more; the drain goes on
             log.warning("could not advertise the drain", exc_info=True)
 
     def stop(self, drain_timeout: float | None = None) -> bool:
@@ -265,8 +283,16 @@ class Node:
 
         Returns True when every running job finished. Jobs still running after the
         timeout are cancelled and left for the rescue path (they are RUNNING on a
-        node that is marked stopped).
+        node that is marked stopped). Stopping happens once: a second call (a
+        signal while the supervisor stops a failed node) waits for the first and
+        returns its result.
         """
+        with self._stop_lock:
+            if self._drained is None:
+                self._drained = self._stop(drain_timeout)
+            return self._drained
+
+    def _stop(self, drain_timeout: float | None) -> bool:
         timeout = self.config.server.drain_timeout if drain_timeout is None else drain_timeout
         self.stop_claiming()
         drained = self.runner.wait_idle(timeout)
@@ -278,8 +304,9 @@ class Node:
         self._closed.set()
         # A thread waiting on an unreachable lock service would hold the stop up.
         self.locks.abort_waits()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        for loop in (self._heartbeat, self._scheduling):
+            loop.stop()
+            loop.join(5)
         if self._listener is not None:
             self._listener.stop()
         self.runner.shutdown()
@@ -290,7 +317,7 @@ class Node:
     def _close(self) -> None:
         try:
             self.store.servers.mark_stopped(self.id)
-        except Exception:
+        except StoreError:
             log.warning("could not mark node stopped", exc_info=True)
         if self._presence is not None:
             self._presence.release()

@@ -1,9 +1,11 @@
 """The bounded pool that runs claimed jobs, and the watcher that stops them.
 
 One scheduler loop claims jobs and hands them here; ``free_slots()`` tells it how many
-it may claim, so the pool never queues work it cannot start. A single watcher thread
+it may claim, so the pool never queues work it cannot start. A single watcher loop
 asks the store, twice a second, whether any job this node runs was paused, discarded
-or taken by another owner, and cancels those executions. A failed read changes nothing.
+or taken by another owner, and cancels those executions. A read that fails because
+the store is unavailable changes nothing. The watcher and the group commit are the
+runner's loops (:meth:`Runner.loops`), supervised by the node.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jobserver.completer import Completer
+from jobserver.completer import RETRY_FOR, Completer
 from jobserver.config import ShellStepConfig
 from jobserver.events import EventBus
 from jobserver.execution import JobExecution
+from jobserver.loops import Loop, Periodic
 from jobserver.steps import StepFunction
 from jobserver.store import Store
 from jobserver.store.records import ClaimToken, JobRecord
@@ -26,6 +29,8 @@ from jobserver.store.records import ClaimToken, JobRecord
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL = 0.5
+#: How long a stopping runner waits for the group commit's last batch.
+COMPLETER_JOIN = RETRY_FOR + 5
 
 
 class WorkerPool:
@@ -34,7 +39,9 @@ class WorkerPool:
     A :class:`~concurrent.futures.ThreadPoolExecutor` without the futures: nobody
     waits on a job's call (its outcome goes to the store and the event bus), and a
     future with its condition and locks was a fifth of the scheduler's time per job.
-    Threads start as calls arrive and no idle one is there to take them.
+    Threads start as calls arrive and no idle one is there to take them. They are
+    not supervised loops: each call's failure is logged and the thread goes on. Like
+    the loops they stop with :meth:`stop` and :meth:`join`.
     """
 
     def __init__(self, size: int, name: str) -> None:
@@ -58,7 +65,7 @@ class WorkerPool:
                 self._threads.append(thread)
                 thread.start()
 
-    def shutdown(self) -> None:
+    def stop(self) -> None:
         """Drop calls not started yet and let every thread end after its current call."""
         with self._lock:
             self._closed = True
@@ -69,6 +76,15 @@ class WorkerPool:
                     break
             for _ in self._threads:
                 self._calls.put(None)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds in all for the threads; True once all ended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in threads)
 
     def _work(self) -> None:
         while True:
@@ -105,12 +121,15 @@ class Runner:
         self._finishing: set[int] = set()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._stop = threading.Event()
-        self._watcher = threading.Thread(target=self._watch_loop, name="runner-watch",
-                                         daemon=True)
+        self._watcher = Periodic("runner-watch", WATCH_INTERVAL, self.check_running)
         self.fenced_off_count = 0
 
+    def loops(self) -> list[Loop]:
+        """The runner's background loops, for the node's supervisor."""
+        return [self._completer, self._watcher]
+
     def start(self) -> None:
+        self._completer.start()
         self._watcher.start()
 
     def free_slots(self) -> int:
@@ -168,7 +187,7 @@ class Runner:
             return
         try:  # releasing a lock may block: not in the group commit's writer thread
             self._pool.submit(self._finished, execution, on_done)
-        except RuntimeError:  # the pool is shut down
+        except RuntimeError:  # the pool is stopped
             self._finished(execution, on_done)
 
     def _finished(self, execution: JobExecution, on_done: Callable[[], None] | None) -> None:
@@ -200,9 +219,13 @@ class Runner:
                                        max(0.0, deadline - time.monotonic()))
 
     def shutdown(self) -> None:
-        self._stop.set()
-        self._pool.shutdown()
+        """Stop the watcher and the pool, and let the group commit write what is
+        queued (it may retry for up to its ``RETRY_FOR`` while the store is out)."""
+        self._watcher.stop()
+        self._pool.stop()
         self._completer.stop()
+        self._watcher.join(5)
+        self._completer.join(COMPLETER_JOIN)
 
     def check_running(self) -> None:
         """Cancel executions whose job was paused, discarded or taken over."""
@@ -215,10 +238,3 @@ class Runner:
             log.info("job %s must stop on this node: %s", job_id, reason,
                      extra=executions[job_id].log_fields())
             executions[job_id].cancel(reason)
-
-    def _watch_loop(self) -> None:
-        while not self._stop.wait(WATCH_INTERVAL):
-            try:
-                self.check_running()
-            except Exception:
-                log.warning("could not check running jobs; will retry", exc_info=True)

@@ -8,7 +8,7 @@ import ipaddress
 import logging
 
 from jobserver.config import Config
-from jobserver.exceptions import ConfigError
+from jobserver.exceptions import ConfigError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +53,12 @@ def check_serve_auth(config: Config, count_stored_tokens=None) -> None:
 def _count_stored_tokens(config: Config) -> int:
     """Active tokens in the store; 0 when the store has no token table yet (a new
     database is migrated by the node, but then it cannot have tokens either)."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     from jobserver.store import Store
 
     store = Store(config.database_url, pool_size=1, notify=False)
     try:
         return store.tokens.count_active()
-    except SQLAlchemyError as exc:
+    except StoreError as exc:
         log.debug("no stored tokens readable: %s", exc)
         return 0
     finally:

@@ -8,6 +8,11 @@ node leaves no API behind.
 Signals: the first SIGTERM/SIGINT drains (stop claiming, let running jobs finish up
 to ``server.drain_timeout``, release locks); a second one exits at once and leaves
 the rest to the rescue path of the other nodes.
+
+Exit codes (:data:`EXIT_CODES`): 0 drained; 3 stopped without draining (the drain
+timed out, or a second signal); 4 a required background loop died of an unexpected
+error, and the node gave up its jobs, locks and presence (see ``jobserver.loops``):
+a service manager should restart it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ log = logging.getLogger(__name__)
 API_RESTART_DELAY = 2.0
 #: The exit code of a node that stopped without draining (see ``jobserver.cli``).
 EXIT_NOT_DRAINED = 3
+#: The exit code of a node that gave up because a required background loop died.
+EXIT_LOOP_DIED = 4
+#: What each exit code of ``jobserver serve`` means, for whoever reports one.
+EXIT_CODES = {0: "drained", EXIT_NOT_DRAINED: "stopped without draining",
+              EXIT_LOOP_DIED: "a background loop died; the node gave up (see its log)"}
 
 
 def gunicorn_command(config: Config) -> list[str]:
@@ -96,8 +106,10 @@ def serve(config: Config) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     log.info("node %s serving the API on %s", config.server.id, config.api.bind)
-    while not stop.wait(1.0):
+    while not stop.wait(1.0) and node.failure is None:
         api.check()
+    if node.failure is not None:
+        return _after_failure(node, api)
     # Stop claiming before stopping the API: gunicorn may take seconds to stop, and a
     # draining node that still claimed meanwhile would start new jobs and keep the
     # scheduling lock from the node that should take over.
@@ -105,3 +117,11 @@ def serve(config: Config) -> int:
     api.stop()
     drained = node.stop()
     return 0 if drained else EXIT_NOT_DRAINED
+
+
+def _after_failure(node: Node, api: ApiProcess) -> int:
+    """The supervisor is stopping the node: wait for that, with ``/healthz`` answering
+    503 meanwhile, then stop the API."""
+    node.stop(drain_timeout=0)  # the supervisor's stop, or the same one done here
+    api.stop()
+    return EXIT_LOOP_DIED

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+from jobserver.loops import Loop
 from jobserver.store import WAKE_CHANNEL
 from jobserver.store.engine import sqlite_path
 
@@ -30,36 +31,32 @@ RECONNECT_DELAY = 1.0
 WATCH_INTERVAL = 0.01
 
 
-class WakeSource:
-    """A thread that sets the scheduler's wake event when new work may be there.
+class WakeSource(Loop):
+    """A loop that sets the scheduler's wake event when new work may be there.
 
-    When its connection fails it wakes the scheduler once (polling covers the gap),
-    logs, and tries again after ``RECONNECT_DELAY``; ``stop`` ends it within about a
-    second.
+    When its connection fails (an error of its driver, or of the socket) it wakes the
+    scheduler once (polling covers the gap), logs, and tries again after
+    ``RECONNECT_DELAY``; ``stop`` ends it within about a second. Any other error
+    ends the loop.
     """
 
-    #: The thread's name, and what the warning on a failure calls it.
-    name, what = "wake", "wake-up source"
+    #: The loop's name, and what the warning on a failure calls it.
+    thread_name, what = "wake", "wake-up source"
+    #: The errors of a lost connection, retried.
+    expected: tuple[type[BaseException], ...] = (OSError,)
 
     def __init__(self, wake: threading.Event) -> None:
+        super().__init__(self.thread_name)
         self._wake = wake
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def run(self) -> None:
+        while not self.stopping.is_set():
             try:
                 self._watch()
-            except Exception as exc:  # noqa: BLE001 - any failure: poll, then again
+            except self.expected as exc:
                 log.warning("%s failed (%s); polling until it is back", self.what, exc)
                 self._wake.set()
-                self._stop.wait(RECONNECT_DELAY)
+                self.stopping.wait(RECONNECT_DELAY)
 
     def _watch(self) -> None:
         """Set the wake event on each sign of new work until stopped; raise on failure."""
@@ -69,13 +66,14 @@ class WakeSource:
 class Listener(WakeSource):
     """LISTEN on a dedicated PostgreSQL connection; each notification wakes."""
 
-    name, what = "pg-listen", "LISTEN connection"
+    thread_name, what = "pg-listen", "LISTEN connection"
 
     def __init__(self, url: str, wake: threading.Event) -> None:
         from jobserver.store.engine import libpq_params
 
         super().__init__(wake)
         self._params = libpq_params(url)
+        self.expected = (_psycopg2_error(), OSError)
 
     def _watch(self) -> None:
         import psycopg2
@@ -87,7 +85,7 @@ class Listener(WakeSource):
         try:
             with conn.cursor() as cursor:
                 cursor.execute(f"LISTEN {WAKE_CHANNEL}")
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 if select.select([conn], [], [], 1.0)[0]:
                     conn.poll()
                     if conn.notifies:
@@ -107,7 +105,8 @@ class CommitWatcher(WakeSource):
     job starts within ``WATCH_INTERVAL`` instead of at the next poll.
     """
 
-    name, what = "sqlite-watch", "watching the SQLite file for commits"
+    thread_name, what = "sqlite-watch", "watching the SQLite file for commits"
+    expected = (sqlite3.Error, OSError)
 
     def __init__(self, path: str, wake: threading.Event,
                  interval: float = WATCH_INTERVAL) -> None:
@@ -119,7 +118,7 @@ class CommitWatcher(WakeSource):
         cursor = connection.cursor()  # one cursor: the question is asked 100 times a second
         try:
             seen = _data_version(cursor)
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 time.sleep(self._interval)  # cheaper than an Event's timed wait
                 version = _data_version(cursor)
                 if version != seen:
@@ -127,6 +126,12 @@ class CommitWatcher(WakeSource):
                     self._wake.set()
         finally:
             connection.close()
+
+
+def _psycopg2_error() -> type[BaseException]:
+    import psycopg2
+
+    return psycopg2.Error
 
 
 def _data_version(cursor: sqlite3.Cursor) -> Any:

@@ -21,9 +21,12 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobserver.exceptions import LockError
+
+if TYPE_CHECKING:
+    from jobserver.loops import Loop
 
 log = logging.getLogger(__name__)
 
@@ -235,3 +238,8 @@ class LockBackend(ABC):
         The default does nothing: it suits backends that hold no connection and whose
         locks the node's own stop releases or its process's exit frees (file, memory).
         """
+
+    def loops(self) -> list[Loop]:
+        """The backend's background loops (a connection monitor), for the node to
+        supervise: one that dies takes the node down. The default has none."""
+        return []

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg2
 
 from jobserver.exceptions import LockError
+from jobserver.loops import Loop, Periodic
 from jobserver.store.engine import libpq_params
 from locks.base import DrawFence, Lease, LockBackend, election_key
 
@@ -69,8 +70,9 @@ class PostgresLockBackend(LockBackend):
         self._rejoined_at: float | None = None
         self._closed = threading.Event()
         self._connect()
-        self._monitor = threading.Thread(target=self._monitor_loop, name="pg-lock-monitor",
-                                         daemon=True)
+        # A failed ping or reconnection is reported through mark_lost and tried again.
+        self._monitor = Periodic("pg-lock-monitor", PING_INTERVAL, self._check_connection,
+                                 expected=(LockError, psycopg2.Error, OSError))
         self._monitor.start()
 
     # -- connection ----------------------------------------------------------------------
@@ -95,7 +97,7 @@ class PostgresLockBackend(LockBackend):
                 with self._conn.cursor() as cursor:
                     cursor.execute(sql, params)
                     return cursor.fetchone()[0]
-            except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+            except psycopg2.Error as exc:  # any driver error: the session is in doubt
                 self._connection_lost(str(exc).strip())
                 raise LockError(f"lock connection failed: {exc}") from None
 
@@ -113,18 +115,16 @@ class PostgresLockBackend(LockBackend):
         for lease in leases:
             lease.mark_lost(f"PostgreSQL session ended: {reason}")
 
-    def _monitor_loop(self) -> None:
-        while not self._closed.wait(PING_INTERVAL):
-            try:
-                if self._conn is None:
-                    with self._mutex:
-                        self._connect()
-                        self._rejoined_at = time.monotonic()
-                    log.info("lock connection to PostgreSQL re-established")
-                else:
-                    self._query("SELECT 1")
-            except Exception as exc:  # reported through mark_lost; keep trying
-                log.warning("lock connection check failed: %s", exc)
+    def _check_connection(self) -> None:
+        if self._closed.is_set():
+            return
+        if self._conn is None:
+            with self._mutex:
+                self._connect()
+                self._rejoined_at = time.monotonic()
+            log.info("lock connection to PostgreSQL re-established")
+        else:
+            self._query("SELECT 1")
 
     # -- the interface -------------------------------------------------------------------
     def acquire(self, key: str, blocking: bool = True,
@@ -225,8 +225,12 @@ class PostgresLockBackend(LockBackend):
             return None
         return self._holder_of(key)
 
+    def loops(self) -> list[Loop]:
+        return [self._monitor]
+
     def close(self) -> None:
         self._closed.set()
+        self._monitor.stop()
         with self._mutex:
             leases = list(self._leases.values())
         for lease in leases:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 
 from jobserver.config import SchedulerMode
+from jobserver.exceptions import TRANSIENT
 from jobserver.logs import job_fields
 from locks.base import Lease
 from schedulers.base import Scheduler, SchedulerContext, Ticker
@@ -47,7 +48,7 @@ class DistributedScheduler(Scheduler):
                 if rescue.due():
                     self.rescue_orphans()
                 self._claim_round()
-            except Exception:
+            except TRANSIENT:
                 self.pause_after_error("scheduling")
                 continue
             if not self.more_ready or self.ctx.runner.free_slots() == 0:

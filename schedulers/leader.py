@@ -12,9 +12,10 @@ go back to the pool through orphan rescue, which the leader runs.
 from __future__ import annotations
 
 import logging
-import threading
 
 from jobserver.config import SchedulerMode
+from jobserver.exceptions import TRANSIENT
+from jobserver.loops import Loop
 from locks.base import Lease
 from jobserver.events import NodeEvent
 from jobserver.store.records import NodeLoad
@@ -50,14 +51,15 @@ class LeaderScheduler(Scheduler):
         self.lease: Lease | None = None
 
     def run(self) -> None:
-        election = threading.Thread(target=self._election_loop, name="election", daemon=True)
+        election = Loop("election", self._election_loop, stopping=self.ctx.stopping)
         election.start()
         rescue = Ticker(self.ctx.config.server.heartbeat_interval)
         poll = self.ctx.config.scheduler.poll_interval
         while not self.ctx.stopping.is_set():
+            election.check()  # a work loop without its election would never lead
             try:
                 moved = self._round(rescue)
-            except Exception:
+            except TRANSIENT:
                 self.pause_after_error("scheduling")
                 continue
             if not moved or self.ctx.runner.free_slots() == 0:
@@ -84,7 +86,7 @@ class LeaderScheduler(Scheduler):
             try:
                 lease = self.acquire_timed(lambda: self.ctx.locks.elect(
                     ELECTION, self.ctx.node_id, timeout=ELECTION_WAIT), "election")
-            except Exception:
+            except TRANSIENT:
                 self.pause_after_error("leader election")
                 continue
             if lease is None:

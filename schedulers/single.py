@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from jobserver.config import SchedulerMode
+from jobserver.exceptions import TRANSIENT
 from locks.base import Lease
 from jobserver.events import NodeEvent
 from schedulers.base import Scheduler, Ticker
@@ -30,7 +31,7 @@ class SingleScheduler(Scheduler):
             try:
                 lease = self.acquire_timed(lambda: self.ctx.locks.acquire(
                     GLOBAL_LOCK, blocking=True, timeout=LOCK_WAIT), "global")
-            except Exception:
+            except TRANSIENT:
                 self.pause_after_error("acquiring the global lock")
                 continue
             if lease is None:
@@ -59,7 +60,7 @@ class SingleScheduler(Scheduler):
                 if rescue.due():
                     self.rescue_orphans()
                 self.dispatch(lease)
-            except Exception:
+            except TRANSIENT:
                 self.pause_after_error("scheduling")
                 continue
             if not self.more_ready or self.ctx.runner.free_slots() == 0:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from flask import Flask, Response, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from jobserver.config import Config, load_config
 from jobserver.api.auth import SubmitLimiter, authenticate, authorize
-from jobserver.exceptions import AuthError, JobServerError, RateLimited
+from jobserver.exceptions import (AuthError, Conflict, FencedOff, Forbidden, InvalidRequest,
+                                  JobServerError, LockError, MalformedRequest, NotFound,
+                                  RateLimited, StoreError, StoreUnavailable)
 from jobserver.metrics import ApiMetrics, multiprocess
 from jobserver.spec import Policy
 from jobserver.steps.python import PythonSteps
@@ -29,6 +31,43 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PUBLIC_ENDPOINTS = frozenset({"health.healthz"})
+
+#: The HTTP status of each error class; a class not listed answers as its nearest
+#: listed base class, and :class:`JobServerError` itself as an internal error.
+HTTP_STATUS: dict[type[JobServerError], int] = {
+    InvalidRequest: 422, MalformedRequest: 400, NotFound: 404, Conflict: 409,
+    FencedOff: 409, AuthError: 401, Forbidden: 403, RateLimited: 429,
+    LockError: 503, StoreUnavailable: 503,
+}
+#: What a client is told when the store is out; the driver's words stay in the log.
+STORE_UNAVAILABLE = "the metadata store is not reachable"
+
+
+class ErrorReply(NamedTuple):
+    """An error as the API answers it, before it becomes a response."""
+
+    status: int
+    code: str
+    message: str
+    details: Any = None
+    headers: dict[str, str] = {}
+
+
+def error_reply(exc: JobServerError) -> ErrorReply | None:
+    """The answer to ``exc``; None for an error that is a bug of the server (a store
+    error other than an outage, an unlisted class), which is logged and answered as
+    an internal error without its message."""
+    status = next((HTTP_STATUS[cls] for cls in type(exc).__mro__ if cls in HTTP_STATUS), 500)
+    if status == 500:
+        return None
+    if isinstance(exc, StoreError):
+        return ErrorReply(status, exc.code, STORE_UNAVAILABLE)
+    headers = {}
+    if isinstance(exc, AuthError):
+        headers["WWW-Authenticate"] = 'Bearer realm="jobserver"'
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(exc.retry_after)
+    return ErrorReply(status, exc.code, exc.message, exc.details, headers)
 
 
 @dataclass
@@ -111,11 +150,13 @@ def _authenticate() -> None:
 
 
 def _jobserver_error(exc: JobServerError) -> tuple[Response, int]:
-    response = error_response(exc.http_status, exc.code, exc.message, exc.details)
-    if isinstance(exc, AuthError):
-        response[0].headers["WWW-Authenticate"] = 'Bearer realm="jobserver"'
-    if isinstance(exc, RateLimited):
-        response[0].headers["Retry-After"] = str(exc.retry_after)
+    reply = error_reply(exc)
+    if reply is None:
+        return _unexpected_error(exc)
+    if isinstance(exc, StoreUnavailable):
+        log.warning("%s %s: the store is unavailable: %s", request.method, request.path, exc)
+    response = error_response(reply.status, reply.code, reply.message, reply.details)
+    response[0].headers.update(reply.headers)
     return response
 
 

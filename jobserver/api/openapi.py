@@ -142,7 +142,8 @@ def _paths() -> dict[str, Any]:
         "/healthz": {"get": {"summary": "Liveness", "operationId": "healthz", "security": [],
                              "responses": {
                                  "200": _json(_exact({"status": {"const": "ok"}}), "healthy"),
-                                 "503": _json(_ref("Error"), "store unreachable")}}},
+                                 "503": _json(_ref("Error"), "store unreachable, or the node "
+                                                              "is stopping after a failure")}}},
         "/api/v1/jobs": {
             "post": {"summary": "Submit a job (scope: submit; shell steps also: shell)",
                      "operationId": "submit_job",

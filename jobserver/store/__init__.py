@@ -4,6 +4,11 @@
 the API does), ``runs`` (what schedulers and runners do), ``servers`` (nodes and
 heartbeats), ``epochs`` (fence counters for lock backends) and ``tokens`` (API
 tokens).
+
+Every statement runs inside :class:`Transactions`, whose context managers raise
+:class:`~jobserver.exceptions.StoreError` (and its kinds, see
+:mod:`jobserver.store.errors`) for any failure of the driver: no driver or SQLAlchemy
+exception class leaves the store.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import OperationalError
 
 from jobserver.store.engine import READONLY, make_engine
+from jobserver.store.errors import driver_errors, translate
 from jobserver.store.models import Base
 
 if TYPE_CHECKING:
@@ -25,21 +30,24 @@ if TYPE_CHECKING:
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
-#: What a store call raises when the database cannot be reached or answered with an
-#: operational failure (a restart, a lost connection, SQLite busy): worth a retry.
-StoreUnreachable = OperationalError
-
 #: The PostgreSQL channel that wakes idle schedulers (see ``jobserver.wakeup``).
 WAKE_CHANNEL = "jobserver_work"
 
 
 class Transactions:
-    """Write and read transactions on one engine (``BEGIN IMMEDIATE`` vs deferred on SQLite)."""
+    """Write and read transactions on one engine (``BEGIN IMMEDIATE`` vs deferred on SQLite).
+
+    The one way into the database: a driver error raised inside a transaction, or by
+    its commit, leaves as a :class:`~jobserver.exceptions.StoreError` caused by it.
+    Errors of jobserver's own (a :class:`~jobserver.exceptions.FencedOff` raised in
+    the body) pass through unchanged.
+    """
 
     def __init__(self, engine: Engine, notify: bool = True) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.notifies = notify and self.dialect == "postgresql"
+        self._driver_errors = driver_errors(engine.dialect.loaded_dbapi)
 
     def notify(self, conn: Connection) -> None:
         """Wake idle schedulers when this transaction commits (PostgreSQL only)."""
@@ -48,22 +56,31 @@ class Transactions:
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
-            yield conn
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except self._driver_errors as exc:
+            raise translate(exc) from exc
 
     @contextmanager
     def statement(self) -> Iterator[Connection]:
         """A connection whose every statement commits by itself (autocommit): for a
         write that is one statement, it saves the round trip of a separate COMMIT."""
-        with self.engine.connect() as conn:
-            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            with self.engine.connect() as conn:
+                yield conn.execution_options(isolation_level="AUTOCOMMIT")
+        except self._driver_errors as exc:
+            raise translate(exc) from exc
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
-            conn = conn.execution_options(**{READONLY: True})
-            with conn.begin():
-                yield conn
+        try:
+            with self.engine.connect() as conn:
+                conn = conn.execution_options(**{READONLY: True})
+                with conn.begin():
+                    yield conn
+        except self._driver_errors as exc:
+            raise translate(exc) from exc
 
 
 class Store:

@@ -10,8 +10,8 @@ was taken over cannot claim even before it notices the loss.
 from __future__ import annotations
 
 from sqlalchemy import Exists, and_, exists, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
+from jobserver.exceptions import ConstraintViolation
 from jobserver.store.engine import store_now
 from jobserver.store.tables import epochs
 
@@ -38,7 +38,7 @@ class EpochRepository:
             with self._tx.write() as conn:
                 conn.execute(insert(epochs).values(key=key, epoch=1, **stamp))
                 return 1
-        except IntegrityError:  # a concurrent first acquisition inserted it: bump that row
+        except ConstraintViolation:  # a concurrent first acquisition inserted it: bump that row
             return self.bump(key, holder)
 
     def advance(self, key: str, fence: int, holder: str | None = None) -> bool:
@@ -60,7 +60,7 @@ class EpochRepository:
                 conn.execute(insert(epochs).values(key=key, epoch=fence, holder=holder,
                                                    acquired_at=store_now()))
                 return True
-        except IntegrityError:
+        except ConstraintViolation:
             return self.advance(key, fence, holder)
 
     def holder(self, key: str) -> str | None:

@@ -7,9 +7,8 @@ import json
 from typing import Any
 
 from sqlalchemy import Connection, case, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
-from jobserver.exceptions import Conflict, IllegalTransition, NotFound
+from jobserver.exceptions import Conflict, ConstraintViolation, IllegalTransition, NotFound
 from jobserver.spec import JobSpec, step_columns
 from jobserver.states import Operation, State, check_transition
 from jobserver.store import WAKE_CHANNEL, pgsubmit
@@ -44,7 +43,7 @@ class JobRepository:
                 job = self._insert(conn, spec, dependencies, idempotency_key, request_hash)
                 self._tx.notify(conn)
                 return job, True
-        except IntegrityError:
+        except ConstraintViolation:
             if idempotency_key is None:
                 raise
             # A concurrent request with the same key won the insert.

@@ -25,9 +25,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Label, insert, select, update
-from sqlalchemy.exc import SQLAlchemyError
 
-from jobserver.exceptions import NotFound
+from jobserver.exceptions import NotFound, StoreError
 from jobserver.store.engine import seconds_since, store_now
 from jobserver.store.tables import api_tokens
 
@@ -175,6 +174,6 @@ class TokenRepository:
                 with self._tx.write() as conn:
                     conn.execute(update(api_tokens).where(api_tokens.c.id == token.id)
                                  .values(last_used_at=store_now()))
-            except SQLAlchemyError:  # bookkeeping only: never fail the request for it
+            except StoreError:  # bookkeeping only: never fail the request for it
                 log.warning("could not record the use of token %s", token.id, exc_info=True)
         return Verdict(token)

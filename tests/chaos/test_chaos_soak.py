@@ -47,6 +47,7 @@ import psycopg2
 import pytest
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
+from jobserver.exceptions import StoreUnavailable
 from jobserver.store.records import ServerRecord
 from schedulers.base import presence_key
 from tests.chaos import ledger as ledger_mod
@@ -87,7 +88,7 @@ DRAIN_EXIT_DEADLINE = 20.0
 EXIT_DRAINED = 0
 POLL = 0.02
 #: Store and lock-table reads of the test that may meet a terminated session.
-DB_ERRORS = (DBAPIError, DisconnectionError, psycopg2.Error)
+DB_ERRORS = (StoreUnavailable, DBAPIError, DisconnectionError, psycopg2.Error)
 
 
 def soak_modes() -> list[str]:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from jobserver.store import StoreUnreachable, engine as engine_module
+from jobserver.exceptions import StoreUnavailable
+from jobserver.store import Transactions, engine as engine_module
 from jobserver.store.engine import make_engine
 
 
@@ -73,8 +74,8 @@ def test_a_write_that_never_gets_the_lock_fails_with_the_stores_error(
     monkeypatch.setattr(engine_module, "SQLITE_BUSY_TIMEOUT", 0.3)
     other_writer.execute("BEGIN IMMEDIATE")
     started = time.monotonic()
-    with pytest.raises(StoreUnreachable, match="database is locked"):
-        with engine.begin():
+    with pytest.raises(StoreUnavailable, match="database is locked"):
+        with Transactions(engine).write():
             pass
     assert 0.3 <= time.monotonic() - started < 5
     other_writer.execute("ROLLBACK")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from jobserver.api import error_reply
 from jobserver.api.auth import ENDPOINT_SCOPES, Principal, SubmitLimiter, required_scope
 from jobserver.config import load_config
 from jobserver.exceptions import ConfigError, RateLimited
@@ -39,7 +40,8 @@ def test_rate_limited_says_when_in_whole_seconds() -> None:
     limiter.check(caller)
     with pytest.raises(RateLimited) as limited:
         limiter.check(caller)
-    assert limited.value.retry_after == 4 and limited.value.http_status == 429
+    reply = error_reply(limited.value)
+    assert reply is not None and reply.status == 429 and reply.headers == {"Retry-After": "4"}
     assert limited.value.details == {"token": "ci", "token_id": 7, "retry_after": 4}
     fast = SubmitLimiter(rate=1000.0, burst=1, clock=Clock())
     fast.check(caller)

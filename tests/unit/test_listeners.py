@@ -67,7 +67,7 @@ def run(worker: ListenerWorker, events: list[StateChange]) -> None:
     worker.start()
     for event in events:
         worker.offer(event)
-    worker.stop(time.monotonic() + 10)
+    worker.drain(time.monotonic() + 10)
 
 
 def metrics() -> NodeMetrics:
@@ -154,7 +154,7 @@ def test_a_full_queue_drops_the_oldest_event() -> None:
         worker.offer(change(job_id))
     assert time.monotonic() - started < 0.5
     release.set()
-    worker.stop(time.monotonic() + 5)
+    worker.drain(time.monotonic() + 5)
     assert got == [1, 5, 6, 7]
     assert sample(m, "listener_dropped", listener="slow", reason="queue_full") == 3
 

@@ -1,8 +1,13 @@
 """Kylin's job state machine, kept in one place.
 
-Jobs and steps share the same six states. Every state change anywhere in jobserver
-goes through :func:`check_transition`, so an illegal move is refused the same way
-whether it comes from the API, the runner or orphan rescue.
+Jobs and steps share the same six states and one transition table. Every state change
+written from Python (the API's operations, the runner's step and job writes, drain
+releases, orphan rescue, and every write on SQLite) is recorded through the store's
+one audit writer, which refuses an illegal move with :func:`check_transition` and so
+rolls the change back. The PostgreSQL one-statement paths (claim, group commit,
+submit) write their audit rows in SQL; they make only READY -> RUNNING, RUNNING -> a
+step's or job's outcome and (none) -> READY, each guarded by its source state in the
+statement, and the property tests check their audit trail against the table.
 """
 
 from __future__ import annotations
@@ -39,10 +44,6 @@ _LEGAL: dict[State, frozenset[State]] = {
     State.SUCCEED: frozenset({State.READY}),
     State.DISCARDED: frozenset(),
 }
-
-#: States a job is "alive" in: a scheduler may still claim or run it.
-ACTIVE_STATES = (State.READY, State.RUNNING)
-
 
 def can_transition(current: State, target: State) -> bool:
     return target in _LEGAL[current]
@@ -88,3 +89,4 @@ _OPERATION_SOURCES = {
     Operation.RERUN: frozenset({State.SUCCEED, State.ERROR, State.STOPPED}),
     Operation.DISCARD: frozenset({State.READY, State.RUNNING, State.ERROR, State.STOPPED}),
 }
+

@@ -16,7 +16,7 @@ from sqlalchemy import (ColumnElement, Connection, Select, and_, exists, func, o
                         update)
 
 from jobserver.exceptions import FencedOff
-from jobserver.states import State
+from jobserver.states import State, StopReason
 from jobserver.store import Transactions, batch, pgclaim
 from jobserver.store.engine import store_now
 from jobserver.store.epochs import is_current
@@ -280,12 +280,12 @@ class RunRepository:
                                        jobs.c.node == node))
             return [ClaimToken(row.id, row.node, row.fence, row.attempt) for row in rows]
 
-    def watch(self, tokens: Iterable[ClaimToken]) -> dict[int, str]:
+    def watch(self, tokens: Iterable[ClaimToken]) -> dict[int, StopReason]:
         """For jobs this node runs, say which must stop and why.
 
-        Returns ``{job_id: reason}`` with reason ``STOPPED``/``DISCARDED``/... for an
-        operator action, or ``fenced`` when another owner holds the job now. Jobs that
-        are still ours and RUNNING are absent.
+        Returns ``{job_id: reason}``: ``FENCED`` when another owner holds the job now,
+        ``DELETED`` when its row is gone, else the reason its state in the store gives
+        (:meth:`StopReason.for_state`). Jobs that are still ours and RUNNING are absent.
         """
         by_id = {token.job_id: token for token in tokens}
         if not by_id:
@@ -294,15 +294,15 @@ class RunRepository:
             rows = conn.execute(select(jobs.c.id, jobs.c.state, jobs.c.node, jobs.c.fence,
                                        jobs.c.attempt).where(jobs.c.id.in_(list(by_id))))
             found = {row.id: row for row in rows}
-        verdicts: dict[int, str] = {}
+        verdicts: dict[int, StopReason] = {}
         for job_id, token in by_id.items():
             row = found.get(job_id)
             if row is None:
-                verdicts[job_id] = "deleted"
+                verdicts[job_id] = StopReason.DELETED
             elif (row.node, row.fence, row.attempt) != (token.node, token.fence, token.attempt):
-                verdicts[job_id] = "fenced"
+                verdicts[job_id] = StopReason.FENCED
             elif row.state != State.RUNNING.value:
-                verdicts[job_id] = row.state
+                verdicts[job_id] = StopReason.for_state(State(row.state))
         return verdicts
 
     def complete(self, completions: list[Completion]) -> list[bool | FencedOff]:

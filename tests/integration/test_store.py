@@ -11,7 +11,7 @@ import pytest
 
 from jobserver.exceptions import FencedOff
 from jobserver.spec import Policy, parse_job, validate_job
-from jobserver.states import Operation, State
+from jobserver.states import Operation, State, StopReason
 from jobserver.store import Store, pgclaim
 from jobserver.store.records import Completion, NodeLoad, StepOutcome
 from jobserver.store.runs import open_claim_params, ready_candidates
@@ -110,7 +110,7 @@ def test_writes_are_fenced_by_the_claim_token(store: Store) -> None:
         store.runs.finish_step(token, job.steps[0], 1, StepOutcome(State.SUCCEED))
     with pytest.raises(FencedOff):
         store.runs.finish_job(token, State.SUCCEED)
-    assert store.runs.watch([token]) == {job.id: "fenced"}
+    assert store.runs.watch([token]) == {job.id: StopReason.FENCED}
     assert store.runs.watch([new.token()]) == {}
     assert store.runs.finish_job(new.token(), State.SUCCEED)
     assert store.jobs.get(job.id).state is State.SUCCEED
@@ -239,7 +239,7 @@ def test_operator_pause_is_not_a_fence_violation(store: Store) -> None:
     job_id = submit(store)
     token = store.runs.claim("n1", FakeLease(store), 1)[0].token()
     store.jobs.apply(job_id, Operation.PAUSE)
-    assert store.runs.watch([token]) == {job_id: "STOPPED"}
+    assert store.runs.watch([token]) == {job_id: StopReason.PAUSED}
     assert store.runs.finish_job(token, State.SUCCEED) is False
     assert store.jobs.get(job_id).state is State.STOPPED
 

@@ -2,7 +2,8 @@
 -- (jobserver.store.queries). A name ending in ``.sqlite`` is that query's SQLite
 -- text; the others are PostgreSQL's, with pyformat placeholders (``%(name)s``; a
 -- literal percent sign is written ``%%``). SQLite texts take ``?`` placeholders or,
--- where SQLAlchemy's ``text()`` runs them, ``:name``.
+-- where SQLAlchemy's ``text()`` runs them, ``:name``. Whole-line comments are
+-- dropped when a statement is read: what a comment says never reaches a driver.
 
 
 -- name: claim

@@ -28,7 +28,7 @@ def explain(size: int, mix: str, limit: int = 32) -> str:
         store = Store(url, notify=False)
         lease = GlobalLease.drawn(store, "explain")
         store.runs.claim("explain", lease, limit)  # as a node would
-        sql = pgclaim.statement("open")
+        sql = pgclaim.statement()
         params = lease.claim_params("explain", limit)
         raw = store.engine.raw_connection()
         try:

@@ -78,7 +78,7 @@ def split(opts: Options, batch: int, rounds: int) -> list[dict[str, Any]]:
                 times["complete"].append(_explain(
                     cursor, batch_sql.statement(), _completion_params(jobs, lease.fence)))
                 raw.commit()
-                times["claim"].append(_explain(cursor, pgclaim.statement("open"),
+                times["claim"].append(_explain(cursor, pgclaim.statement(),
                                                claim_params))
                 raw.rollback()
         finally:

@@ -91,7 +91,7 @@ class GlobalLease:
         return cls(cls.KEY, store.epochs.bump(cls.KEY, holder))
 
     def claim_params(self, node: str, limit: int) -> dict[str, Any]:
-        """The parameters of ``pgclaim.statement("open")`` for ``node``."""
+        """The parameters of ``pgclaim.statement()`` claiming unassigned jobs for ``node``."""
         from jobserver.store.runs import open_claim_params
 
         return open_claim_params(node, self, limit)

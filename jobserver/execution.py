@@ -22,54 +22,51 @@ from jobserver.events import EventBus, NodeEvent, StateChange
 from jobserver.exceptions import FencedOff, StoreUnavailable
 from jobserver.logs import job_fields
 from jobserver.retrying import retry
-from jobserver.states import State
+from jobserver.states import State, StopReason
 from jobserver.steps import StepContext, StepFunction
 from jobserver.store import Store
-from jobserver.store.records import Completion, JobRecord, StepOutcome, StepRecord
+from jobserver.store.records import (Completion, JobRecord, StepOutcome, StepRecord,
+                                     runnable_steps)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_BACKOFF = 300.0
-#: Cancel reason used when this node shuts down.
-NODE_STOPPING = "node stopping"
-#: Cancel reasons that mean an operator stopped the job, and the state it went to (None:
-#: read it). The runner's watcher cancels with the job's new state as the reason.
-_OPERATOR_STOPS: dict[str | None, State | None] = {
-    State.STOPPED.value: State.STOPPED, State.DISCARDED.value: State.DISCARDED,
-    "stopped by operator": None}
 
 
 class JobExecution:
     def __init__(self, job: JobRecord, store: Store, step_types: dict[str, StepFunction],
-                 shell: ShellStepConfig, bus: EventBus | None = None,
-                 completer: Completer | None = None) -> None:
+                 shell: ShellStepConfig, bus: EventBus, completer: Completer) -> None:
         self.job = job
         self._completer = completer
         self._finished = False
         self._final_write: Future[bool] | None = None
         self.token = job.token()
         self._store = store
-        self._bus = bus or EventBus()
+        self._bus = bus
         self._started = time.monotonic()
         self._step_types = step_types
         self._shell = shell
         self.cancelled = threading.Event()
-        self.cancel_reason: str | None = None
+        self.cancel_reason: StopReason | None = None
+        self.cancel_detail: str | None = None
         self.requeue = False
         self.fenced_off = False
         # Steps published as RUNNING and not yet as ended: {name: (step, attempt)}.
         self._running_steps: dict[str, tuple[StepRecord, int]] = {}
 
-    def cancel(self, reason: str, requeue: bool = False) -> None:
+    def cancel(self, reason: StopReason, detail: str | None = None,
+               requeue: bool = False) -> None:
         """Stop the job's running steps (subprocesses are killed); idempotent.
+
+        ``detail``: words for the log and the audit trail in place of the reason's own.
 
         ``requeue``: this node gives the job up (shutdown, lost segment lock) and puts
         it back to READY at once, its interrupted steps included, rather than leaving
         it to orphan rescue. An operator's pause or discard is not re-queued.
         """
         if not self.cancelled.is_set():
-            self.cancel_reason = reason
+            self.cancel_reason, self.cancel_detail = reason, detail
             self.requeue = requeue
             self.cancelled.set()
 
@@ -83,8 +80,8 @@ class JobExecution:
             self._fenced(exc)
         except Exception as exc:
             log.exception("job %s failed inside the runner", self.job.id,
-                          extra=self._log_extra())
-            self.cancel("internal error")
+                          extra=self.log_fields())
+            self.cancel(StopReason.INTERNAL_ERROR)
             if self._final_write is None:
                 self._finish(State.ERROR, f"internal error: {type(exc).__name__}: {exc}")
         return self._final_write
@@ -94,13 +91,13 @@ class JobExecution:
         return job_fields(self.job.id, step, attempt or self.token.attempt, self.token.node,
                           self.token.fence)
 
-    def _log_extra(self) -> dict[str, Any]:
-        return self.log_fields()
+    def _cancel_message(self) -> str:
+        return self.cancel_detail or str(self.cancel_reason)
 
     def _fenced(self, exc: FencedOff) -> None:
         self.fenced_off = True
-        self.cancel("fenced")
-        log.warning("job %s stopped: %s", self.job.id, exc.message, extra=self._log_extra())
+        self.cancel(StopReason.FENCED, exc.message)
+        log.warning("job %s stopped: %s", self.job.id, exc.message, extra=self.log_fields())
         self._bus.publish(NodeEvent("fenced_off", self.token.node, detail=exc.message))
 
     def _publish(self, old: State | None, new: State, step: StepRecord | None = None,
@@ -130,20 +127,20 @@ class JobExecution:
         at once would end the execution with its job still RUNNING in the store and
         its runner slot free: the node would take more jobs than it has slots."""
         return retry(lambda: write(*args), on=StoreUnavailable, for_seconds=RETRY_FOR,
-                     what=f"job {self.job.id}: store write", log_extra=self._log_extra())
+                     what=f"job {self.job.id}: store write", log_extra=self.log_fields())
 
     def _publish_operator_stop(self) -> None:
         """An operator paused or discarded this job through the API (in a process with
         no event bus): publish the change this node observed, for listeners and metrics."""
-        if self.fenced_off or self.cancel_reason not in _OPERATOR_STOPS:
+        if self.fenced_off or self.cancel_reason is None or not self.cancel_reason.by_operator:
             return
-        state = _OPERATOR_STOPS[self.cancel_reason]
+        state = self.cancel_reason.operator_state
         if state is None:  # start_step found the job no longer RUNNING: read which state
             try:
                 job = self._store.jobs.get(self.job.id, with_steps=False)
             except Exception:  # noqa: BLE001 - only an event is at stake
                 log.warning("could not read job %s", self.job.id, exc_info=True,
-                            extra=self._log_extra())
+                            extra=self.log_fields())
                 return
             if (job.node, job.fence, job.attempt) != (self.token.node, self.token.fence,
                                                        self.token.attempt):
@@ -189,8 +186,7 @@ class JobExecution:
 
     @staticmethod
     def _ready(pending: list[StepRecord], done: set[str], room: int) -> list[StepRecord]:
-        ready = [step for step in pending if all(dep in done for dep in step.depends_on)]
-        return ready[:max(room, 0)]
+        return runnable_steps(pending, done)[:max(room, 0)]
 
     def _launch(self, pool: ThreadPoolExecutor | None, step: StepRecord,
                 last: bool) -> Future[StepOutcome]:
@@ -209,9 +205,9 @@ class JobExecution:
             return  # the last step's write finishes the job too
         if self.requeue:
             self._retrying(self._store.runs.release, self.token,
-                           f"{self.cancel_reason}; re-queued")
+                           f"{self._cancel_message()}; re-queued")
         elif self.cancelled.is_set():
-            log.info("job %s: %s", self.job.id, self.cancel_reason, extra=self._log_extra())
+            log.info("job %s: %s", self.job.id, self._cancel_message(), extra=self.log_fields())
             self._publish_operator_stop()
         elif failed is not None:
             step, outcome = failed
@@ -233,7 +229,7 @@ class JobExecution:
             attempt = prestarted or self._retrying(self._store.runs.start_step, self.token, step)
             prestarted = None
             if attempt is None:
-                self.cancel("stopped by operator")
+                self.cancel(StopReason.OPERATOR)
                 return StepOutcome(State.STOPPED, error="job no longer running")
             self._publish(State.READY, State.RUNNING, step, attempt=attempt)
             outcome = self._invoke(step, attempt)
@@ -265,12 +261,6 @@ class JobExecution:
         job_state = State.SUCCEED if succeeded else State.ERROR
         error = None if succeeded else f"step {step.name} failed: {outcome.error}"
         completion = Completion(self.token, step, attempt, outcome, job_state, error)
-        if self._completer is None:
-            written = self._store.runs.complete([completion])[0]
-            if isinstance(written, FencedOff):
-                raise written
-            self._completed(written, completion)
-            return
         future = self._completer.submit(completion)
         self._final_write = future
         future.add_done_callback(lambda done: self._final_write_done(done, completion))
@@ -285,7 +275,7 @@ class JobExecution:
             # RUNNING in the store until the node's check for RUNNING jobs without an
             # execution puts it back to READY (see Node._requeue_abandoned).
             log.error("job %s: its final write failed", self.job.id, exc_info=True,
-                      extra=self._log_extra())
+                      extra=self.log_fields())
 
     def _completed(self, written: bool, completion: Completion) -> None:
         if not written:  # an operator stopped the job first

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 from jobserver.config import Config
 from jobserver.exceptions import TRANSIENT, ConfigError, LockError, StoreError
 from jobserver.events import EventBus
-from jobserver.execution import NODE_STOPPING
 from jobserver.listeners import Listeners
 from jobserver.logs import job_fields
 from jobserver.loops import FailureMark, Loop, LoopDeath, Periodic, Supervisor
 from jobserver.metrics import NodeMetrics, multiprocess
 from jobserver.retrying import retry
 from jobserver.runner import Runner
+from jobserver.states import StopReason
 from jobserver.steps import step_types
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
@@ -299,7 +299,7 @@ class Node:
         if not drained:
             log.warning("drain timeout: %s job(s) still running are cancelled",
                         self.runner.running_count())
-            self.runner.cancel_all(NODE_STOPPING, requeue=True)
+            self.runner.cancel_all(StopReason.NODE_STOPPING, requeue=True)
             self.runner.wait_idle(5)
         self._closed.set()
         # A thread waiting on an unreachable lock service would hold the stop up.

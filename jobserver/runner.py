@@ -2,9 +2,9 @@
 
 One scheduler loop claims jobs and hands them here; ``free_slots()`` tells it how many
 it may claim, so the pool never queues work it cannot start. A single watcher loop
-asks the store, twice a second, whether any job this node runs was paused, discarded
-or taken by another owner, and cancels those executions. A read that fails because
-the store is unavailable changes nothing. The watcher and the group commit are the
+asks the store every ``WATCH_INTERVAL`` seconds whether any job this node runs was
+paused, discarded or taken by another owner, and cancels those executions. A read
+that fails because the store is unavailable changes nothing. The watcher and the group commit are the
 runner's loops (:meth:`Runner.loops`), supervised by the node.
 """
 
@@ -22,6 +22,7 @@ from jobserver.config import ShellStepConfig
 from jobserver.events import EventBus
 from jobserver.execution import JobExecution
 from jobserver.loops import Loop, Periodic
+from jobserver.states import StopReason
 from jobserver.steps import StepFunction
 from jobserver.store import Store
 from jobserver.store.records import ClaimToken, JobRecord
@@ -38,7 +39,7 @@ class WorkerPool:
 
     A :class:`~concurrent.futures.ThreadPoolExecutor` without the futures: nobody
     waits on a job's call (its outcome goes to the store and the event bus), and a
-    future with its condition and locks was a fifth of the scheduler's time per job.
+    future with its condition and locks is costly on the scheduler's hot path.
     Threads start as calls arrive and no idle one is there to take them. They are
     not supervised loops: each call's failure is logged and the thread goes on. Like
     the loops they stop with :meth:`stop` and :meth:`join`.
@@ -159,11 +160,12 @@ class Runner:
         self._pool.submit(self._execute, execution, on_done)
         return execution
 
-    def cancel(self, job_id: int, reason: str, requeue: bool = False) -> None:
+    def cancel(self, job_id: int, reason: StopReason, detail: str | None = None,
+               requeue: bool = False) -> None:
         with self._lock:
             execution = self._running.get(job_id)
         if execution is not None:
-            execution.cancel(reason, requeue)
+            execution.cancel(reason, detail, requeue)
 
     def _execute(self, execution: JobExecution, on_done: Callable[[], None] | None) -> None:
         final_write = None
@@ -205,11 +207,11 @@ class Runner:
             self._idle.notify_all()
         self._on_slot_freed()
 
-    def cancel_all(self, reason: str, requeue: bool = False) -> None:
+    def cancel_all(self, reason: StopReason, requeue: bool = False) -> None:
         with self._lock:
             executions = list(self._running.values())
         for execution in executions:
-            execution.cancel(reason, requeue)
+            execution.cancel(reason, requeue=requeue)
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no job runs; False if some still run after ``timeout`` seconds."""

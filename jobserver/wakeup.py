@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from jobserver.loops import Loop
-from jobserver.store import WAKE_CHANNEL
+from jobserver.store import LISTEN_WORK
 from jobserver.store.engine import sqlite_path
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class Listener(WakeSource):
         conn.autocommit = True
         try:
             with conn.cursor() as cursor:
-                cursor.execute(f"LISTEN {WAKE_CHANNEL}")
+                cursor.execute(LISTEN_WORK)
             while not self.stopping.is_set():
                 if select.select([conn], [], [], 1.0)[0]:
                     conn.poll()

@@ -19,6 +19,7 @@ import logging
 from jobserver.config import SchedulerMode
 from jobserver.exceptions import TRANSIENT
 from jobserver.logs import job_fields
+from jobserver.states import StopReason
 from locks.base import Lease
 from schedulers.base import Scheduler, SchedulerContext, Ticker
 
@@ -121,4 +122,5 @@ class DistributedScheduler(Scheduler):
     def _segment_lost(self, job_id: int, key: str) -> None:
         log.error("lost the lock of %s: stopping job %s and re-queueing it", key, job_id,
                   extra=job_fields(job_id, node=self.ctx.node_id))
-        self.ctx.runner.cancel(job_id, f"lock {key} lost", requeue=True)
+        self.ctx.runner.cancel(job_id, StopReason.LOCK_LOST, f"lock {key} lost",
+                               requeue=True)

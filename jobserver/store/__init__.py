@@ -32,6 +32,9 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 #: The PostgreSQL channel that wakes idle schedulers (see ``jobserver.wakeup``).
 WAKE_CHANNEL = "jobserver_work"
+#: The whole statements on that channel (a channel is an identifier, never a parameter).
+NOTIFY_WORK = "NOTIFY jobserver_work"
+LISTEN_WORK = "LISTEN jobserver_work"
 
 
 class Transactions:
@@ -52,7 +55,7 @@ class Transactions:
     def notify(self, conn: Connection) -> None:
         """Wake idle schedulers when this transaction commits (PostgreSQL only)."""
         if self.notifies:
-            conn.exec_driver_sql(f"NOTIFY {WAKE_CHANNEL}")
+            conn.exec_driver_sql(NOTIFY_WORK)
 
     @contextmanager
     def write(self) -> Iterator[Connection]:

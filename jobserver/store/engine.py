@@ -39,11 +39,12 @@ def make_engine(url: str, pool_size: int = 5, stall_timeout: float | None = None
         url = _with_driver(url)
         # psycopg 3 prepares a statement a connection runs often; PostgreSQL may then
         # settle on one generic plan for it and keep that plan until the table's next
-        # ANALYZE. A plan made while the tables were small stayed in use as they grew
-        # by thousands of rows a second: on a new database under load, claims of 10
-        # jobs went from 6 to 80 ms within seconds and the queue grew without bound.
-        # Planned on every run with the tables as they are, as psycopg2 always did;
-        # the statements' parse is still saved.
+        # ANALYZE. A plan made while the tables were small would stay in use as they
+        # grow, and on a new database under load claims slow down until the queue
+        # grows without bound. Planned on every run with the tables as they are, as
+        # psycopg2 always did; the statements' parse is still saved. The claim
+        # statement relies on it: its unused branches fold away only when planned
+        # with the parameters known.
         options = "-c plan_cache_mode=force_custom_plan"
         if stall_timeout:
             options += (" -c idle_in_transaction_session_timeout="
@@ -152,15 +153,16 @@ def _busy_timeout() -> str:
 
 
 def _begin_immediate(connection: Any) -> None:
-    """``BEGIN IMMEDIATE``, trying again every 0.2 to 2 ms while another writer holds
-    the lock. SQLite's own busy handler sleeps 1, 2, 5, 10, ... up to 100 ms between
-    tries, so a waiter kept missing a lock that fresh writers took at once: with the
-    API inserting 200 to 300 jobs a second, the node's group commits waited up to
-    0.5 s and the queue grew. The busy timeout stays for every other statement."""
+    """``BEGIN IMMEDIATE``, trying again in short, growing pauses (up to
+    ``SQLITE_LOCK_STEP``) while another writer holds the lock. SQLite's own busy
+    handler sleeps ever longer between tries, so a waiter keeps missing a lock that
+    fresh writers take at once: under a steady stream of API inserts the node's group
+    commits would wait and the queue grow. The busy timeout stays for every other
+    statement."""
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT
     pause = 0.0002
-    # The two pragmas run on the driver's connection: through SQLAlchemy each cost 9.5
-    # microseconds instead of 1.4, twice per write transaction.
+    # The two pragmas run on the driver's connection, skipping SQLAlchemy's
+    # per-statement work twice per write transaction.
     raw = connection.connection.dbapi_connection
     raw.execute("PRAGMA busy_timeout=0")
     try:

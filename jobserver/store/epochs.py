@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy import Exists, and_, exists, insert, select, update
 
 from jobserver.exceptions import ConstraintViolation
+from jobserver.store import Transactions
 from jobserver.store.engine import store_now
 from jobserver.store.tables import epochs
 
@@ -22,7 +23,7 @@ def is_current(key: str, fence: int) -> Exists:
 
 
 class EpochRepository:
-    def __init__(self, tx) -> None:
+    def __init__(self, tx: Transactions) -> None:
         self._tx = tx
 
     def bump(self, key: str, holder: str | None = None) -> int:

@@ -10,17 +10,17 @@ from sqlalchemy import Connection, case, func, insert, select, update
 
 from jobserver.exceptions import Conflict, ConstraintViolation, IllegalTransition, NotFound
 from jobserver.spec import JobSpec, step_columns
-from jobserver.states import Operation, State, check_transition
-from jobserver.store import WAKE_CHANNEL, pgsubmit
+from jobserver.states import Operation, State
+from jobserver.store import WAKE_CHANNEL, Transactions, pgsubmit
 from jobserver.store.engine import store_now
 from jobserver.store.records import EventRecord, JobRecord, StepRecord
-from jobserver.store.tables import events, jobs, record_events, steps
+from jobserver.store.tables import AuditEvent, events, jobs, record_events, steps
 
 MAX_PAGE = 500
 
 
 class JobRepository:
-    def __init__(self, tx) -> None:
+    def __init__(self, tx: Transactions) -> None:
         self._tx = tx
 
     # -- submit ---------------------------------------------------------------------
@@ -96,8 +96,7 @@ class JobRepository:
                 for row in step_rows]
         inserted = conn.execute(insert(steps).returning(*steps.c, sort_by_parameter_order=True),
                                 rows).all()
-        record_events(conn, [{"job_id": job_row.id, "to_state": State.READY,
-                              "message": "submitted"}])
+        record_events(conn, [AuditEvent(job_row.id, None, State.READY, message="submitted")])
         records = [StepRecord.from_row(row._mapping) for row in inserted]
         return JobRecord.from_row(job_row._mapping, steps=records, steps_total=len(records))
 
@@ -160,7 +159,11 @@ class JobRepository:
 
     # -- operator actions -------------------------------------------------------------
     def apply(self, job_id: int, operation: Operation) -> JobRecord:
-        """Pause, resume, rerun or discard; :class:`IllegalTransition` names the state."""
+        """Pause, resume, rerun or discard; :class:`IllegalTransition` names the state.
+
+        An operation is accepted from fewer states than the transition table allows
+        (:attr:`Operation.accepted_from`); the audit writer checks each change it
+        records against the table as well."""
         with self._tx.write() as conn:
             query = select(jobs.c.state).where(jobs.c.id == job_id)
             if self._tx.dialect == "postgresql":
@@ -171,17 +174,15 @@ class JobRepository:
             current = State(current)
             if current not in operation.accepted_from:
                 raise IllegalTransition(current.value, operation.target.value)
-            check_transition(current, operation.target)
             conn.execute(update(jobs).where(jobs.c.id == job_id)
                          .values(**_job_values(operation)))
             changed = _reset_steps(conn, job_id, operation)
             if operation.target is State.READY:
                 self._tx.notify(conn)
             record_events(conn, [
-                {"job_id": job_id, "from_state": current, "to_state": operation.target,
-                 "message": operation.value}]
-                + [{"job_id": job_id, "step": name, "from_state": old, "to_state": new,
-                    "message": operation.value} for name, old, new in changed])
+                AuditEvent(job_id, current, operation.target, message=operation.value)]
+                + [AuditEvent(job_id, old, new, name, message=operation.value)
+                   for name, old, new in changed])
             return self._get(conn, job_id)
 
 
@@ -225,7 +226,7 @@ _RERUN_CLEARED = {"attempt": 0, "started_at": None, "finished_at": None, "exit_c
 
 
 def _reset_steps(conn: Connection, job_id: int,
-                 operation: Operation) -> list[tuple[str, str, State]]:
+                 operation: Operation) -> list[tuple[str, State, State]]:
     if operation not in _STEP_RESETS:
         return []
     sources, target = _STEP_RESETS[operation]
@@ -236,4 +237,4 @@ def _reset_steps(conn: Connection, job_id: int,
         if operation is Operation.RERUN:
             values.update(_RERUN_CLEARED)
         conn.execute(update(steps).where(where).values(**values))
-    return [(name, state, target) for name, state in rows]
+    return [(name, State(state), target) for name, state in rows]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -82,6 +83,26 @@ class StepRecord:
     @classmethod
     def from_row(cls, mapping: Any) -> StepRecord:
         return _from_mapping(cls, mapping, state=State(mapping["state"]))
+
+
+def runnable_steps(steps: Iterable[StepRecord], done: Collection[str]) -> list[StepRecord]:
+    """Of ``steps`` (in position order), those whose ``depends_on`` have all succeeded
+    (``done``: the names of the job's SUCCEED steps), in the same order.
+
+    The one rule for what may start next: the runner starts these as slots allow, and
+    a claim starts the first of them (see :func:`first_runnable`).
+    """
+    return [step for step in steps if all(dep in done for dep in step.depends_on)]
+
+
+def first_runnable(steps: Sequence[StepRecord]) -> StepRecord | None:
+    """The step a claim starts with the job: the lowest-positioned READY step whose
+    dependencies have all succeeded, or None. ``steps``: all of the job's, in position
+    order. The PostgreSQL claim spells the same rule in SQL (``queries.sql``, the
+    ``first`` CTE of ``claim``); the property tests hold the two to the same answer."""
+    done = {step.name for step in steps if step.state is State.SUCCEED}
+    ready = [step for step in steps if step.state is State.READY]
+    return next(iter(runnable_steps(ready, done)), None)
 
 
 @dataclass

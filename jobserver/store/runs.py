@@ -9,20 +9,21 @@ simply dropped and the caller stops).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import (ColumnElement, Connection, Select, and_, exists, func, or_, select,
                         update)
 
 from jobserver.exceptions import FencedOff
-from jobserver.states import State
-from jobserver.store import batch, pgclaim
+from jobserver.states import State, StopReason
+from jobserver.store import Transactions, batch, pgclaim
 from jobserver.store.engine import store_now
 from jobserver.store.epochs import is_current
+from jobserver.store.pgclaim import ClaimKind
 from jobserver.store.records import (ClaimToken, Completion, JobRecord, NodeLoad,
-                                     StepOutcome, StepRecord)
-from jobserver.store.tables import jobs, record_events, steps
+                                     StepOutcome, StepRecord, first_runnable)
+from jobserver.store.tables import AuditEvent, jobs, record_events, steps
 
 
 def _owned(token: ClaimToken) -> ColumnElement[bool]:
@@ -50,42 +51,50 @@ def _allowed_pattern(node: str) -> str:
     return "%" + _like_escape(json.dumps(node)) + "%"
 
 
-def open_claim_params(node: str, lease: LeaseRef, limit: int) -> dict[str, Any]:
-    """The parameters of PostgreSQL's claim of unassigned jobs (the ``open`` variants of
+def open_claim_params(node: str, lease: LeaseRef, limit: int,
+                      job_ids: list[int] | None = None, keyless: bool = False
+                      ) -> dict[str, Any]:
+    """The parameters of PostgreSQL's claim of unassigned jobs (see
     :mod:`jobserver.store.pgclaim`) by ``node`` under ``lease``."""
-    return dict(node=node, fence=lease.fence, key=lease.key, limit=limit,
-                pattern=_allowed_pattern(node))
+    return pgclaim.params(ClaimKind.OPEN, node, limit, key=lease.key, fence=lease.fence,
+                          pattern=_allowed_pattern(node), job_ids=job_ids, keyless=keyless)
 
 
-def ready_candidates(node: str, limit: int, dialect: str, job_ids: list[int] | None = None,
+def _waiting() -> ColumnElement[bool]:
+    """READY, unassigned and due: a job no node holds or has been given."""
+    return and_(jobs.c.state == State.READY.value, jobs.c.node.is_(None),
+                or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()))
+
+
+def claimable(node: str) -> ColumnElement[bool]:
+    """What ``node`` may claim: waiting (READY, unassigned, due) and allowed on
+    ``node`` by the job's ``assigned_servers``. The portable form of the rule the
+    PostgreSQL ``claim`` statement spells in SQL."""
+    return and_(_waiting(), or_(jobs.c.assigned_servers.is_(None),
+                                jobs.c.assigned_servers.like(_allowed_pattern(node),
+                                                             escape="\\")))
+
+
+def _in_claim_order(query: Select[Any], limit: int) -> Select[Any]:
+    # ix_jobs_queue's order, ``node`` first (constant within a claim; see the index).
+    return query.order_by(jobs.c.node, jobs.c.priority.desc(), jobs.c.id).limit(limit)
+
+
+def ready_candidates(node: str, limit: int, job_ids: list[int] | None = None,
                      keyed: bool | None = None) -> Select[Any]:
-    """The ids ``node`` may claim next: READY, unassigned, due, allowed on this node;
-    only jobs with a ``lock_key`` (``keyed``), only jobs without one (not ``keyed``)
-    or both (None)."""
-    pattern = _allowed_pattern(node)
-    query = (select(jobs.c.id)
-             .where(jobs.c.state == State.READY.value, jobs.c.node.is_(None),
-                    or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()),
-                    or_(jobs.c.assigned_servers.is_(None),
-                        jobs.c.assigned_servers.like(pattern, escape="\\")))
-             .order_by(jobs.c.node, jobs.c.priority.desc(), jobs.c.id).limit(limit))
+    """The ids ``node`` may claim next (:func:`claimable`), in claim order; only
+    ``job_ids`` when given; only jobs with a ``lock_key`` (``keyed``), only jobs
+    without one (not ``keyed``) or both (None)."""
+    query = _in_claim_order(select(jobs.c.id).where(claimable(node)), limit)
     if job_ids is not None:
         query = query.where(jobs.c.id.in_(job_ids))
     if keyed is not None:
         query = query.where(jobs.c.lock_key.is_not(None) if keyed else jobs.c.lock_key.is_(None))
-    if dialect == "postgresql":
-        # Locked and limited once, in a materialized CTE. As a plain ``IN (subquery)``
-        # PostgreSQL may rescan the subquery for every outer row, and each rescan's
-        # LIMIT window slides past the rows this very UPDATE already changed, so one
-        # claim took every READY job instead of ``limit``.
-        locked = (query.with_for_update(skip_locked=True).cte("candidates")
-                  .prefix_with("MATERIALIZED"))
-        return select(locked.c.id)
     return query
 
 
 class RunRepository:
-    def __init__(self, tx) -> None:
+    def __init__(self, tx: Transactions) -> None:
         self._tx = tx
 
     # -- claim ------------------------------------------------------------------------
@@ -100,12 +109,9 @@ class RunRepository:
         claimers never wait on each other.
         """
         if self._tx.dialect == "postgresql":
-            params = open_claim_params(node, lease, limit)
-            if job_ids is not None:
-                return self._claim_postgresql("open-ids", job_ids=list(job_ids), **params)
-            return self._claim_postgresql("open-keyless" if keyless else "open", **params)
-        candidates = ready_candidates(node, limit, self._tx.dialect, job_ids,
-                                      keyed=False if keyless else None)
+            return self._claim_postgresql(open_claim_params(node, lease, limit, job_ids,
+                                                            keyless))
+        candidates = ready_candidates(node, limit, job_ids, keyed=False if keyless else None)
         values = dict(state=State.RUNNING.value, node=node, fence=lease.fence,
                       attempt=jobs.c.attempt + 1, error=None, started_at=store_now(),
                       finished_at=None, updated_at=store_now())
@@ -130,18 +136,17 @@ class RunRepository:
     def claim_assigned(self, node: str, limit: int) -> list[JobRecord]:
         """Leader mode: start READY jobs the leader assigned to ``node``."""
         if self._tx.dialect == "postgresql":
-            return self._claim_postgresql("assigned", node=node, limit=limit)
-        candidates = (select(jobs.c.id)
-                      .where(jobs.c.state == State.READY.value, jobs.c.node == node)
-                      .order_by(jobs.c.node, jobs.c.priority.desc(), jobs.c.id).limit(limit))
+            return self._claim_postgresql(pgclaim.params(ClaimKind.ASSIGNED, node, limit))
+        candidates = _in_claim_order(select(jobs.c.id).where(
+            jobs.c.state == State.READY.value, jobs.c.node == node), limit)
         return self._start(update(jobs).where(
             jobs.c.id.in_(candidates), jobs.c.state == State.READY.value, jobs.c.node == node)
             .values(state=State.RUNNING.value, attempt=jobs.c.attempt + 1, error=None,
                     started_at=store_now(), finished_at=None, updated_at=store_now()), node)
 
-    def _claim_postgresql(self, variant: str, **params: Any) -> list[JobRecord]:
+    def _claim_postgresql(self, params: dict[str, Any]) -> list[JobRecord]:
         with self._tx.statement() as conn:
-            return pgclaim.claim(conn, variant, **params)
+            return pgclaim.claim(conn, params)
 
     def _start(self, statement: Any, node: str) -> list[JobRecord]:
         with self._tx.write() as conn:
@@ -149,18 +154,15 @@ class RunRepository:
             if not rows:
                 return []
             claimed = self._with_steps(conn, rows)
-            events = [{"job_id": job.id, "from_state": State.READY, "to_state": State.RUNNING,
-                       "node": node, "fence": job.fence, "attempt": job.attempt}
+            events = [AuditEvent.of_run(job.token(), State.READY, State.RUNNING)
                       for job in claimed]
             record_events(conn, events + _start_first_steps(conn, claimed))
         return claimed
 
     def unassigned(self, limit: int) -> list[tuple[int, list[str] | None]]:
         """Leader mode: the next READY, due, unassigned jobs with their allowed nodes."""
-        query = (select(jobs.c.id, jobs.c.assigned_servers)
-                 .where(jobs.c.state == State.READY.value, jobs.c.node.is_(None),
-                        or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()))
-                 .order_by(jobs.c.node, jobs.c.priority.desc(), jobs.c.id).limit(limit))
+        query = _in_claim_order(select(jobs.c.id, jobs.c.assigned_servers).where(_waiting()),
+                                limit)
         with self._tx.read() as conn:
             return [(row.id, json.loads(row.assigned_servers) if row.assigned_servers else None)
                     for row in conn.execute(query)]
@@ -180,13 +182,13 @@ class RunRepository:
              ) -> list[tuple[int, str | None]]:
         """Distributed mode: the next ``(job_id, lock_key)`` pairs ``node`` could claim
         (``keyed``: as in :func:`ready_candidates`)."""
-        query = ready_candidates(node, limit, "peek", keyed=keyed)
+        query = ready_candidates(node, limit, keyed=keyed)
         query = query.with_only_columns(jobs.c.id, jobs.c.lock_key)
         with self._tx.read() as conn:
             return [(row.id, row.lock_key) for row in conn.execute(query)]
 
     @staticmethod
-    def _with_steps(conn: Connection, rows: list[Any]) -> list[JobRecord]:
+    def _with_steps(conn: Connection, rows: Sequence[Any]) -> list[JobRecord]:
         by_job: dict[int, list[StepRecord]] = {row.id: [] for row in rows}
         for step in batch.steps_of(conn, list(by_job)):
             by_job[step.job_id].append(StepRecord.from_row(step._mapping))
@@ -211,8 +213,8 @@ class RunRepository:
             if attempt is None:
                 self._refusal(conn, token)
                 return None
-            record_events(conn, [_step_event(token, step.name, State.READY, State.RUNNING,
-                                             attempt)])
+            record_events(conn, [AuditEvent.of_run(token, State.READY, State.RUNNING,
+                                                   step.name, attempt)])
             return int(attempt)
 
     def finish_step(self, token: ClaimToken, step: StepRecord, attempt: int,
@@ -231,8 +233,9 @@ class RunRepository:
             if result.rowcount == 0:
                 self._refusal(conn, token)
                 return False
-            record_events(conn, [_step_event(token, step.name, State.RUNNING, outcome.state,
-                                             attempt, message or outcome.error)])
+            record_events(conn, [AuditEvent.of_run(token, State.RUNNING, outcome.state,
+                                                   step.name, attempt,
+                                                   message or outcome.error)])
             return True
 
     # -- jobs -------------------------------------------------------------------------
@@ -246,9 +249,8 @@ class RunRepository:
             if result.rowcount == 0:
                 self._refusal(conn, token)
                 return False
-            record_events(conn, [{"job_id": token.job_id, "from_state": State.RUNNING,
-                                  "to_state": state, "node": token.node, "fence": token.fence,
-                                  "attempt": token.attempt, "message": error}])
+            record_events(conn, [AuditEvent.of_run(token, State.RUNNING, state,
+                                                   message=error)])
             return True
 
     def release(self, token: ClaimToken, message: str) -> bool:
@@ -264,12 +266,10 @@ class RunRepository:
                 update(steps).where(steps.c.job_id == token.job_id,
                                     steps.c.state == State.RUNNING.value)
                 .values(state=State.READY.value).returning(steps.c.name)).scalars().all()
-            record_events(conn, [{"job_id": token.job_id, "from_state": State.RUNNING,
-                                  "to_state": State.READY, "node": token.node,
-                                  "fence": token.fence, "attempt": token.attempt,
-                                  "message": message}]
-                          + [_step_event(token, name, State.RUNNING, State.READY,
-                                         token.attempt, message) for name in names])
+            record_events(conn, [AuditEvent.of_run(token, State.RUNNING, State.READY,
+                                                   message=message)]
+                          + [AuditEvent.of_run(token, State.RUNNING, State.READY, name,
+                                               message=message) for name in names])
             return True
 
     def running_on(self, node: str) -> list[ClaimToken]:
@@ -280,12 +280,12 @@ class RunRepository:
                                        jobs.c.node == node))
             return [ClaimToken(row.id, row.node, row.fence, row.attempt) for row in rows]
 
-    def watch(self, tokens: Iterable[ClaimToken]) -> dict[int, str]:
+    def watch(self, tokens: Iterable[ClaimToken]) -> dict[int, StopReason]:
         """For jobs this node runs, say which must stop and why.
 
-        Returns ``{job_id: reason}`` with reason ``STOPPED``/``DISCARDED``/... for an
-        operator action, or ``fenced`` when another owner holds the job now. Jobs that
-        are still ours and RUNNING are absent.
+        Returns ``{job_id: reason}``: ``FENCED`` when another owner holds the job now,
+        ``DELETED`` when its row is gone, else the reason its state in the store gives
+        (:meth:`StopReason.for_state`). Jobs that are still ours and RUNNING are absent.
         """
         by_id = {token.job_id: token for token in tokens}
         if not by_id:
@@ -294,15 +294,15 @@ class RunRepository:
             rows = conn.execute(select(jobs.c.id, jobs.c.state, jobs.c.node, jobs.c.fence,
                                        jobs.c.attempt).where(jobs.c.id.in_(list(by_id))))
             found = {row.id: row for row in rows}
-        verdicts: dict[int, str] = {}
+        verdicts: dict[int, StopReason] = {}
         for job_id, token in by_id.items():
             row = found.get(job_id)
             if row is None:
-                verdicts[job_id] = "deleted"
+                verdicts[job_id] = StopReason.DELETED
             elif (row.node, row.fence, row.attempt) != (token.node, token.fence, token.attempt):
-                verdicts[job_id] = "fenced"
+                verdicts[job_id] = StopReason.FENCED
             elif row.state != State.RUNNING.value:
-                verdicts[job_id] = row.state
+                verdicts[job_id] = StopReason.for_state(State(row.state))
         return verdicts
 
     def complete(self, completions: list[Completion]) -> list[bool | FencedOff]:
@@ -349,14 +349,12 @@ def _refusal_error(conn: Connection, token: ClaimToken) -> FencedOff | None:
                      f"the job now belongs to {owner}")
 
 
-def _start_first_steps(conn: Connection, claimed: list[JobRecord]) -> list[dict[str, Any]]:
+def _start_first_steps(conn: Connection, claimed: list[JobRecord]) -> list[AuditEvent]:
     """Start each claimed job's first runnable step in the claim's own transaction,
     saving the runner one write per job. Updates the records in place."""
     first: dict[int, tuple[JobRecord, StepRecord]] = {}
     for job in claimed:
-        done = {s.name for s in job.steps or [] if s.state is State.SUCCEED}
-        step = next((s for s in job.steps or [] if s.state is State.READY
-                     and all(dep in done for dep in s.depends_on)), None)
+        step = first_runnable(job.steps or [])
         if step is not None:
             first[step.id] = (job, step)
     if not first:
@@ -366,11 +364,6 @@ def _start_first_steps(conn: Connection, claimed: list[JobRecord]) -> list[dict[
     for step_id, attempt, started_at in started:
         job, step = first[step_id]
         step.state, step.attempt, step.started_at = State.RUNNING, attempt, started_at
-        events.append(_step_event(job.token(), step.name, State.READY, State.RUNNING, attempt))
+        events.append(AuditEvent.of_run(job.token(), State.READY, State.RUNNING, step.name,
+                                        attempt))
     return events
-
-
-def _step_event(token: ClaimToken, step: str, old: State, new: State, attempt: int,
-                message: str | None = None) -> dict[str, Any]:
-    return {"job_id": token.job_id, "step": step, "from_state": old, "to_state": new,
-            "node": token.node, "fence": token.fence, "attempt": attempt, "message": message}

@@ -9,9 +9,10 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, insert, select, update
 
 from jobserver.states import State
+from jobserver.store import Transactions
 from jobserver.store.engine import seconds_since, store_now
 from jobserver.store.records import ServerRecord
-from jobserver.store.tables import jobs, record_events, servers, steps
+from jobserver.store.tables import AuditEvent, jobs, record_events, servers, steps
 
 
 class OwnedRun(NamedTuple):
@@ -23,7 +24,7 @@ class OwnedRun(NamedTuple):
 
 
 class ServerRepository:
-    def __init__(self, tx) -> None:
+    def __init__(self, tx: Transactions) -> None:
         self._tx = tx
 
     def register(self, server_id: str, host: str, pid: int, mode: str, capacity: int,
@@ -146,9 +147,8 @@ def _requeue(conn: Connection, job: Any, node_id: str, rescuer: str) -> State | 
         conn.execute(update(steps).where(steps.c.id == step.id).values(
             state=step_state.value, finished_at=store_now(),
             error=message if step_state is State.ERROR else None))
-        step_events.append({"job_id": job.id, "step": step.name, "from_state": State.RUNNING,
-                            "to_state": step_state, "node": rescuer, "message": message})
-    record_events(conn, [{"job_id": job.id, "from_state": State.RUNNING, "to_state": target,
-                          "node": rescuer, "fence": job.fence, "attempt": job.attempt,
-                          "message": message}] + step_events)
+        step_events.append(AuditEvent(job.id, State.RUNNING, step_state, step.name, rescuer,
+                                      message=message))
+    record_events(conn, [AuditEvent(job.id, State.RUNNING, target, None, rescuer, job.fence,
+                                    job.attempt, message)] + step_events)
     return target

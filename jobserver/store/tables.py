@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+import json
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Connection, Table
 
-from jobserver.store import batch
+from jobserver.states import State, check_transition
 from jobserver.store.models import (ApiTokenRow, JobEventRow, JobRow, LockEpochRow, ServerRow,
                                     StepRow)
+from jobserver.store.queries import query
+from jobserver.store.records import ClaimToken
 
 # Declarative models type __table__ as a FromClause; each of these is a Table.
 jobs = cast(Table, JobRow.__table__)
@@ -18,17 +21,45 @@ servers = cast(Table, ServerRow.__table__)
 epochs = cast(Table, LockEpochRow.__table__)
 api_tokens = cast(Table, ApiTokenRow.__table__)
 
-_EVENT_FIELDS = ("job_id", "step", "from_state", "to_state", "node", "fence", "attempt",
-                 "message")
+
+class AuditEvent(NamedTuple):
+    """One row of the audit trail (``job_events`` bar ``id`` and ``at``): a state change
+    of a job, or of one of its steps when ``step`` is set. ``from_state`` None: the job
+    was created."""
+
+    job_id: int
+    from_state: State | None
+    to_state: State
+    step: str | None = None
+    node: str | None = None
+    fence: int | None = None
+    attempt: int | None = None
+    message: str | None = None
+
+    @classmethod
+    def of_run(cls, token: ClaimToken, old: State, new: State, step: str | None = None,
+               attempt: int | None = None, message: str | None = None) -> AuditEvent:
+        """A change written by the run ``token`` names (``attempt``: a step's, when it
+        differs from the job's)."""
+        return cls(token.job_id, old, new, step, token.node, token.fence,
+                   token.attempt if attempt is None else attempt, message)
 
 
-def record_events(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    """Append audit rows (one per state change) in the caller's transaction."""
+def record_events(conn: Connection, rows: list[AuditEvent]) -> None:
+    """Append audit rows in the caller's transaction, all in one statement.
+
+    Each change is checked against the state machine first: an illegal one raises
+    :class:`~jobserver.exceptions.IllegalTransition` and the caller's transaction,
+    with the change it recorded, is rolled back.
+    """
     if not rows:
         return
-    batch.insert_events(conn, [{name: _plain(row.get(name)) for name in _EVENT_FIELDS}
-                               for row in rows])
-
-
-def _plain(value: Any) -> Any:
-    return getattr(value, "value", value)
+    for row in rows:
+        if row.from_state is not None:
+            check_transition(row.from_state, row.to_state, "job" if row.step is None
+                             else f"step {row.step}")
+    document = json.dumps([row._asdict() for row in rows])
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(query("insert_events"), {"rows": document})
+    else:
+        conn.exec_driver_sql(query("insert_events.sqlite"), (document,))

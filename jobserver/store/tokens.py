@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import Label, insert, select, update
 
 from jobserver.exceptions import NotFound, StoreError
+from jobserver.store import Transactions
 from jobserver.store.engine import seconds_since, store_now
 from jobserver.store.tables import api_tokens
 
@@ -102,7 +103,7 @@ def _expired() -> Label[bool]:
 
 
 class TokenRepository:
-    def __init__(self, tx) -> None:
+    def __init__(self, tx: Transactions) -> None:
         self._tx = tx
 
     def create(self, name: str, scopes: list[str],

@@ -11,10 +11,10 @@ import pytest
 
 from jobserver.exceptions import FencedOff
 from jobserver.spec import Policy, parse_job, validate_job
-from jobserver.states import Operation, State
+from jobserver.states import Operation, State, StopReason
 from jobserver.store import Store, pgclaim
 from jobserver.store.records import Completion, NodeLoad, StepOutcome
-from jobserver.store.runs import ready_candidates
+from jobserver.store.runs import open_claim_params, ready_candidates
 from jobserver.store.tables import jobs
 from tests.conftest import open_store
 from tests.helpers import FakeLease, job_spec
@@ -110,7 +110,7 @@ def test_writes_are_fenced_by_the_claim_token(store: Store) -> None:
         store.runs.finish_step(token, job.steps[0], 1, StepOutcome(State.SUCCEED))
     with pytest.raises(FencedOff):
         store.runs.finish_job(token, State.SUCCEED)
-    assert store.runs.watch([token]) == {job.id: "fenced"}
+    assert store.runs.watch([token]) == {job.id: StopReason.FENCED}
     assert store.runs.watch([new.token()]) == {}
     assert store.runs.finish_job(new.token(), State.SUCCEED)
     assert store.jobs.get(job.id).state is State.SUCCEED
@@ -239,7 +239,7 @@ def test_operator_pause_is_not_a_fence_violation(store: Store) -> None:
     job_id = submit(store)
     token = store.runs.claim("n1", FakeLease(store), 1)[0].token()
     store.jobs.apply(job_id, Operation.PAUSE)
-    assert store.runs.watch([token]) == {job_id: "STOPPED"}
+    assert store.runs.watch([token]) == {job_id: StopReason.PAUSED}
     assert store.runs.finish_job(token, State.SUCCEED) is False
     assert store.jobs.get(job_id).state is State.STOPPED
 
@@ -288,14 +288,14 @@ def test_resume_skips_succeeded_steps_and_rerun_resets_all(store: Store) -> None
 
 def test_claim_is_an_index_scan_in_claim_order(store: Store) -> None:
     """No sort of the READY backlog: the claim index already holds claim order."""
-    compiled = ready_candidates("n1", 5, store.dialect).compile(store.engine)
+    compiled = ready_candidates("n1", 5).compile(store.engine)
     with store.engine.connect() as conn:
         if store.dialect == "sqlite":
             plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled),
                                         tuple(compiled.params.values())).all()
         else:  # an empty table would be seq-scanned; ask whether the index can serve
             conn.exec_driver_sql("SET enable_seqscan = off")
-            literal = ready_candidates("n1", 5, store.dialect).compile(
+            literal = ready_candidates("n1", 5).compile(
                 store.engine, compile_kwargs={"literal_binds": True})
             plan = conn.exec_driver_sql("EXPLAIN " + str(literal).replace("%", "%%")).all()
     text = " ".join(str(row) for row in plan)
@@ -321,10 +321,10 @@ def test_claim_never_sorts_the_backlog_behind_a_long_history(
         conn.exec_driver_sql(copy, ("READY", None, 10_000, template))
     with store.tx.statement() as conn:
         conn.exec_driver_sql("ANALYZE jobs")
-    params = dict(node="n1", fence=lease.fence, key=lease.key, limit=32, pattern='%"n1"%')
+    params = open_claim_params("n1", lease, 32)
     with store.tx.read() as conn:
         cursor = conn.connection.cursor()
-        cursor.execute("EXPLAIN " + pgclaim.statement("open"), params)
+        cursor.execute("EXPLAIN " + pgclaim.statement(), params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "ix_jobs_queue" in plan, plan
     assert "Sort Key: jobs." not in plan, plan  # the outer sort orders only claimed rows

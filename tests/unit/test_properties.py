@@ -1,10 +1,13 @@
 """Hypothesis property tests: the job state machine and config parsing.
 
-**Job lifecycle** (a ``RuleBasedStateMachine`` over the store layer on SQLite). Any
-interleaving of submits, claims (by two nodes, with fresh and stale leases; a claim
-starts the job's first step), step starts and ends, job ends, group commits of step
-ends fused with job ends, drain releases, operator actions (pause, resume, rerun,
-discard) and orphan rescue must keep:
+**Job lifecycle** (a ``RuleBasedStateMachine`` over the store layer, on SQLite and on
+PostgreSQL, where submits, claims and group commits take the one-statement paths).
+Any interleaving of submits (chains, parallel steps and DAGs; with and without a
+``lock_key`` and allowed nodes), claims (by two nodes, with fresh and stale leases, of
+any job, of jobs without a ``lock_key``, of given ids, and of jobs a leader assigned;
+a claim starts the job's first step), step starts and ends, job ends, group commits
+of step ends fused with job ends, drain releases, operator actions (pause, resume,
+rerun, discard) and orphan rescue must keep:
 
 * the audit trail complete and legal: for the job and for each step, the events form a
   chain (each ``from_state`` is the previous ``to_state``; a step starts READY), every
@@ -16,6 +19,8 @@ discard) and orphan rescue must keep:
 * fencing: a runner whose claim token no longer matches the job row (rescued,
   resumed, rerun or re-claimed since) never gets a write accepted; a stale lease
   claims nothing;
+* claims: a claim takes only jobs its filters allow, and starts exactly the step
+  ``first_runnable`` names (so the PostgreSQL statement and the Python rule agree);
 * operator actions succeed exactly from the states Kylin allows.
 
 The runners follow ``jobserver.execution``'s protocol: steps in dependency order, no
@@ -28,7 +33,9 @@ else.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +55,10 @@ from jobserver.exceptions import ConfigError, FencedOff, IllegalTransition
 from jobserver.spec import Policy, parse_job, validate_job
 from jobserver.states import Operation, State, can_transition
 from jobserver.store import Store
-from jobserver.store.records import ClaimToken, Completion, StepOutcome
-from jobserver.store.tables import api_tokens, epochs, events, jobs, servers, steps
+from jobserver.store.records import (ClaimToken, Completion, JobRecord, StepOutcome,
+                                     first_runnable)
+from jobserver.store.tables import events, jobs, steps
+from tests.conftest import _empty
 from tests.helpers import FakeLease
 
 NODES = ("node-a", "node-b")
@@ -74,22 +83,18 @@ class Run:
                 and all(dep in self.done for dep in step.depends_on)]
 
 
-def _empty(store: Store) -> None:
-    with store.tx.write() as conn:
-        for table in (events, steps, jobs, servers, epochs, api_tokens):
-            conn.execute(table.delete())
-
-
 class JobLifecycle(RuleBasedStateMachine):
-    store: Store  # set by the test: one SQLite store, emptied for every example
+    store: Store  # set by the test: one store, emptied for every example
 
     def __init__(self) -> None:
         super().__init__()
         _empty(self.store)
         self.leases = {node: FakeLease(self.store, f"lease/{node}") for node in NODES}
+        self.leader = FakeLease(self.store, "lease/leader")
         self.stale_leases: list[tuple[str, FakeLease]] = []
         self.runs: list[Run] = []
         self.job_ids: list[int] = []
+        self.assigned: dict[int, str] = {}  # job id -> the node a leader gave it to
 
     # -- helpers ---------------------------------------------------------------------------
     def _row(self, job_id: int) -> Any:
@@ -105,30 +110,84 @@ class JobLifecycle(RuleBasedStateMachine):
         return [run for run in self.runs if not run.over]
 
     # -- submit and claim ------------------------------------------------------------------
-    @rule(count=st.integers(1, 4), parallel=st.booleans(),
-          retryable=st.lists(st.booleans(), min_size=4, max_size=4))
-    def submit(self, count: int, parallel: bool, retryable: list[bool]) -> None:
-        specs = [{"name": f"s{i}", "type": "noop", "retryable": retryable[i]}
-                 for i in range(count)]
-        if parallel:
+    @rule(data=st.data(), count=st.integers(1, 4),
+          shape=st.sampled_from(["chain", "parallel", "dag"]),
+          retryable=st.lists(st.booleans(), min_size=4, max_size=4), keyed=st.booleans(),
+          allowed=st.sampled_from([None, [NODES[0]], [NODES[1]], list(NODES)]))
+    def submit(self, data: st.DataObject, count: int, shape: str, retryable: list[bool],
+               keyed: bool, allowed: list[str] | None) -> None:
+        specs: list[dict[str, Any]] = [
+            {"name": f"s{i}", "type": "noop", "retryable": retryable[i]} for i in range(count)]
+        # A DAG's steps depend on steps before them in a drawn order, not in list order:
+        # a step may wait for one listed after it.
+        order = data.draw(st.permutations(range(count))) if shape == "dag" else []
+        for rank, i in enumerate(order):
+            earlier = [f"s{j}" for j in order[:rank]]
+            specs[i]["depends_on"] = data.draw(
+                st.lists(st.sampled_from(earlier), unique=True) if earlier else st.just([]))
+        if shape == "parallel":
             for spec in specs:
                 spec["depends_on"] = []
-        spec = parse_job(f'{{"name": "j", "steps": {__import__("json").dumps(specs)}}}')
+        spec = parse_job(json.dumps({"name": "j", "steps": specs, "lock_key":
+                                     "k" if keyed else None, "assigned_servers": allowed}))
         job, created = self.store.jobs.submit(spec, validate_job(spec, POLICY))
         assert created and job.state is State.READY
         self.job_ids.append(job.id)
 
-    @rule(node=st.sampled_from(NODES))
-    def claim(self, node: str) -> None:
-        ready_before = {j.id for j in self.store.jobs.list(State.READY, limit=500)[0]}
-        for job in self.store.runs.claim(node, self.leases[node], limit=1):
-            assert job.id in ready_before and job.state is State.RUNNING
+    def _ready(self) -> dict[int, JobRecord]:
+        return {j.id: j for j in self.store.jobs.list(State.READY, limit=500)[0]}
+
+    @rule(node=st.sampled_from(NODES), how=st.sampled_from(["any", "keyless", "ids"]),
+          data=st.data())
+    def claim(self, node: str, how: str, data: st.DataObject) -> None:
+        ready_before = self._ready()
+        job_ids = (data.draw(st.lists(st.sampled_from(self.job_ids), max_size=3))
+                   if how == "ids" and self.job_ids else None)
+        claimed = self.store.runs.claim(node, self.leases[node], limit=1, job_ids=job_ids,
+                                        keyless=how == "keyless")
+        for job in claimed:
+            before = ready_before.get(job.id)
+            assert before is not None and before.node is None, "claimed a job not waiting"
+            assert before.assigned_servers is None or node in before.assigned_servers
+            assert how != "keyless" or before.lock_key is None
+            assert job_ids is None or job.id in job_ids
             assert (job.node, job.fence) == (node, self.leases[node].fence)
-            steps_ = job.steps or []
-            # The claim starts the first runnable step in its own transaction.
-            self.runs.append(Run(job.token(), {s.name: s for s in steps_},
-                                 {s.name for s in steps_ if s.state is State.SUCCEED},
-                                 {s.name: s.attempt for s in steps_ if s.state is State.RUNNING}))
+            self._claimed(job)
+
+    @precondition(lambda self: self.job_ids)
+    @rule(node=st.sampled_from(NODES), data=st.data())
+    def assign(self, node: str, data: st.DataObject) -> None:
+        """Leader mode: a leader gives waiting jobs to a node (they stay READY)."""
+        job_ids = data.draw(st.lists(st.sampled_from(self.job_ids), min_size=1, max_size=3,
+                                     unique=True))
+        waiting = {job_id for job_id, job in self._ready().items() if job.node is None}
+        assert self.store.runs.assign(self.leader, {node: job_ids}) == len(
+            waiting & set(job_ids))
+        self.assigned.update({job_id: node for job_id in waiting & set(job_ids)})
+
+    @rule(node=st.sampled_from(NODES))
+    def claim_assigned(self, node: str) -> None:
+        ready_before = self._ready()
+        for job in self.store.runs.claim_assigned(node, limit=1):
+            before = ready_before.get(job.id)
+            assert before is not None and before.node == node, "claimed another's job"
+            assert (job.node, job.fence) == (node, before.fence)
+            self._claimed(job)
+
+    def _claimed(self, job: JobRecord) -> None:
+        assert job.state is State.RUNNING
+        steps_ = job.steps or []
+        # The claim starts the first runnable step in its own transaction: the one
+        # the rule names for the steps as they were (a READY job runs no step).
+        started = [s for s in steps_ if s.state is State.RUNNING]
+        as_before = [dataclasses.replace(s, state=State.READY) if s in started else s
+                     for s in steps_]
+        first = first_runnable(as_before)
+        assert [s.name for s in started] == ([first.name] if first else []), (
+            f"job {job.id}: started {[s.name for s in started]}, the rule says {first}")
+        self.runs.append(Run(job.token(), {s.name: s for s in steps_},
+                             {s.name for s in steps_ if s.state is State.SUCCEED},
+                             {s.name: s.attempt for s in started}))
 
     @rule(node=st.sampled_from(NODES))
     def new_lease(self, node: str) -> None:
@@ -299,7 +358,8 @@ class JobLifecycle(RuleBasedStateMachine):
         for row in step_rows:
             by_job[row["job_id"]].append(row["state"])
         for job_id, row in job_rows.items():
-            self._check_job(job_id, row, {State(state) for state in by_job[job_id]})
+            self._check_job(job_id, row, {State(state) for state in by_job[job_id]},
+                            self.assigned)
 
     @staticmethod
     def _check_trail(job_rows: dict[int, Any], step_rows: list[Any], trail: list[Any]) -> None:
@@ -329,7 +389,8 @@ class JobLifecycle(RuleBasedStateMachine):
             assert step_state[(row["job_id"], row["name"])] == row["state"]
 
     @staticmethod
-    def _check_job(job_id: int, row: Any, states: set[State]) -> None:
+    def _check_job(job_id: int, row: Any, states: set[State],
+                   assigned: dict[int, str]) -> None:
         state = State(row["state"])
         where = f"job {job_id} {state.value} with steps {sorted(s.value for s in states)}"
         if state is State.SUCCEED:
@@ -344,12 +405,15 @@ class JobLifecycle(RuleBasedStateMachine):
             assert State.DISCARDED not in states, where
         if state is State.RUNNING:
             assert row["node"] is not None and row["started_at"] is not None, where
-        if state is State.READY:
-            assert row["node"] is None, where
+        if state is State.READY:  # unassigned, or given to a node by the leader
+            assert row["node"] is None or row["node"] == assigned.get(job_id), where
 
 
-@pytest.fixture(scope="module")
-def lifecycle_store() -> Any:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def lifecycle_store(request: pytest.FixtureRequest) -> Any:
+    if request.param == "postgres":  # the session's database; skips (fails in CI) without
+        yield request.getfixturevalue("pg_store_session")
+        return
     shm = Path("/dev/shm")  # a RAM disk where there is one: commits without fsync waits
     with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as scratch:
         store = Store(f"sqlite:///{scratch}/properties.db")
@@ -390,7 +454,7 @@ VALUES = st.one_of(
                      "nan", "[]", "[1, 2]", '["a", "b"]', "[", "a,b", ",", "single", "leader",
                      "distributed", "file", "postgres", "zookeeper", "memory",
                      "digest:u:p", "127.0.0.1:8080", "unix:/tmp/s", "/tmp", "{}", "null"]),
-    st.lists(st.text(max_size=20), max_size=3).map(lambda items: __import__("json").dumps(items)),
+    st.lists(st.text(max_size=20), max_size=3).map(json.dumps),
 )
 ENVIRON = st.dictionaries(st.sampled_from(ENV_NAMES + ODD_NAMES) | st.text(max_size=12).map(
     lambda suffix: "JOBSERVER_" + suffix.upper()), VALUES, max_size=6)

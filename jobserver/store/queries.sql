@@ -1,0 +1,266 @@
+-- The store's raw SQL, one complete statement per query, read by name
+-- (jobserver.store.queries). A name ending in ``.sqlite`` is that query's SQLite
+-- text; the others are PostgreSQL's, with pyformat placeholders (``%(name)s``; a
+-- literal percent sign is written ``%%``). SQLite texts take ``?`` placeholders or,
+-- where SQLAlchemy's ``text()`` runs them, ``:name``. Whole-line comments are
+-- dropped when a statement is read: what a comment says never reaches a driver.
+
+
+-- name: claim
+-- One round trip from READY to a running step: move up to %(limit)s jobs to RUNNING
+-- on %(node)s, start each one's first runnable step (its lowest-positioned READY step
+-- whose dependencies have all succeeded), append the audit rows and return the jobs
+-- with their steps, one row per step, the job's columns (in the model's order) beside
+-- each step's (in StepRecord's field order). Run on an autocommit connection, it
+-- commits as it returns.
+--
+-- Two kinds of claim share the statement, told apart by %(assigned)s:
+-- * false, any node's claim: READY, unassigned, due, allowed on this node, and only
+--   the ids in %(job_ids)s (NULL: any) and only jobs without a lock_key when
+--   %(keyless)s; written only while the lease (%(key)s, %(fence)s) is the newest of
+--   its key, and the job takes the lease's fence;
+-- * true, leader mode: the READY jobs the leader assigned to %(node)s, which keep the
+--   leader's fence.
+-- The engine plans every run with its parameters known (plan_cache_mode =
+-- force_custom_plan), so the branch not taken and a NULL filter fold away and the
+-- candidates are a range scan of ix_jobs_queue in its own order (``node`` is
+-- constant there), limited once in a materialized CTE and locked with SKIP LOCKED
+-- so that concurrent claimers never wait on each other.
+--
+-- Every CTE sees the steps as they were before ``started`` changed them (one
+-- snapshot), hence the overrides from ``started`` in the select list.
+WITH candidates AS MATERIALIZED (
+  SELECT id FROM jobs
+  WHERE state = 'READY'
+    AND ((CAST(%(assigned)s AS boolean) AND node = %(node)s)
+         OR (NOT CAST(%(assigned)s AS boolean) AND node IS NULL
+             AND (not_before IS NULL OR not_before <= clock_timestamp())
+             AND (assigned_servers IS NULL OR assigned_servers LIKE %(pattern)s ESCAPE '\')
+             AND (CAST(%(job_ids)s AS bigint[]) IS NULL
+                  OR id = ANY(CAST(%(job_ids)s AS bigint[])))
+             AND (NOT CAST(%(keyless)s AS boolean) OR lock_key IS NULL)))
+  ORDER BY node, priority DESC, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), claimed AS (
+  UPDATE jobs SET state = 'RUNNING', node = %(node)s,
+         fence = COALESCE(CAST(%(fence)s AS bigint), jobs.fence),
+         attempt = jobs.attempt + 1, error = NULL, started_at = clock_timestamp(),
+         finished_at = NULL, updated_at = clock_timestamp()
+  WHERE jobs.id IN (SELECT id FROM candidates) AND jobs.state = 'READY'
+    AND ((CAST(%(assigned)s AS boolean) AND jobs.node = %(node)s)
+         OR (NOT CAST(%(assigned)s AS boolean) AND EXISTS (
+               SELECT 1 FROM lock_epochs
+               WHERE key = %(key)s AND epoch = CAST(%(fence)s AS bigint))))
+  RETURNING jobs.*
+), first AS (
+  SELECT step.id FROM claimed CROSS JOIN LATERAL (
+    SELECT s.id FROM steps AS s
+    WHERE s.job_id = claimed.id AND s.state = 'READY' AND NOT EXISTS (
+      SELECT 1 FROM json_array_elements_text(s.depends_on) AS dependency(name)
+      WHERE NOT EXISTS (SELECT 1 FROM steps AS done WHERE done.job_id = s.job_id
+                        AND done.name = dependency.name AND done.state = 'SUCCEED'))
+    ORDER BY s.position LIMIT 1) AS step
+), started AS (
+  UPDATE steps SET state = 'RUNNING', attempt = steps.attempt + 1,
+         started_at = clock_timestamp(), finished_at = NULL, exit_code = NULL, error = NULL
+  WHERE steps.id IN (SELECT id FROM first) AND steps.state = 'READY'
+  RETURNING steps.id, steps.job_id, steps.name, steps.attempt, steps.started_at
+), audit AS (
+  INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
+                          message, at)
+  SELECT id, NULL, 'READY', 'RUNNING', node, fence, attempt, NULL, clock_timestamp()
+  FROM claimed
+  UNION ALL
+  SELECT started.job_id, started.name, 'READY', 'RUNNING', claimed.node, claimed.fence,
+         started.attempt, NULL, clock_timestamp()
+  FROM started JOIN claimed ON claimed.id = started.job_id
+)
+SELECT claimed.id, claimed.name, claimed.state, claimed.priority, claimed.lock_key,
+  claimed.assigned_servers, claimed.params, claimed.parallelism, claimed.not_before,
+  claimed.idempotency_key, claimed.request_hash, claimed.node, claimed.fence,
+  claimed.attempt, claimed.error, claimed.created_at, claimed.updated_at,
+  claimed.started_at, claimed.finished_at,
+  s.id, s.job_id, s.position, s.name, s.type, s.spec, s.depends_on, s.retries,
+  s.retry_backoff, s.retryable,
+  CASE WHEN started.id IS NULL THEN s.state ELSE 'RUNNING' END,
+  COALESCE(started.attempt, s.attempt), COALESCE(started.started_at, s.started_at),
+  CASE WHEN started.id IS NULL THEN s.finished_at END,
+  CASE WHEN started.id IS NULL THEN s.exit_code END, s.output,
+  CASE WHEN started.id IS NULL THEN s.error END,
+  s.wall_seconds, s.cpu_seconds, s.peak_rss_kb, s.metrics
+FROM claimed LEFT JOIN steps AS s ON s.job_id = claimed.id
+LEFT JOIN started ON started.id = s.id
+ORDER BY claimed.priority DESC, claimed.id, s.position;
+
+
+-- name: complete
+-- The group commit: many step attempts' final writes in one statement, the batch as
+-- one JSON document (%(rows)s), each step written only while it is RUNNING and its
+-- job carries the writer's claim token, and the job (where ``job_state`` is set) only
+-- while it is RUNNING under that token. Returns ('step', i) and ('job', i) for each
+-- batch index i whose compare-and-set matched.
+--
+-- The ``= ANY(ids)`` conditions repeat what the joins say. They are there for the
+-- planner, which cannot see how many rows a JSON document holds and may then prefer
+-- a sequential scan of steps and jobs; an array it can look up by key.
+WITH v AS MATERIALIZED (
+  SELECT * FROM json_to_recordset(CAST(%(rows)s AS json)) AS v(
+    i int, step_id bigint, step text, job_id bigint, node text, fence bigint,
+    attempt int, step_attempt int, state text, exit_code int, output text, error text,
+    wall_seconds float8, cpu_seconds float8, peak_rss_kb bigint, metrics json,
+    message text, job_state text, job_error text)
+), s AS (
+  UPDATE steps SET state = v.state, finished_at = clock_timestamp(),
+         exit_code = v.exit_code, output = v.output, error = v.error,
+         wall_seconds = v.wall_seconds, cpu_seconds = v.cpu_seconds,
+         peak_rss_kb = v.peak_rss_kb, metrics = v.metrics
+  FROM v JOIN jobs AS owner ON owner.id = v.job_id AND owner.node = v.node
+                           AND owner.fence = v.fence AND owner.attempt = v.attempt
+  WHERE steps.id = v.step_id AND steps.state = 'RUNNING'
+    AND steps.id = ANY(%(step_ids)s) AND owner.id = ANY(%(job_ids)s)
+  RETURNING v.i
+), j AS (
+  UPDATE jobs SET state = v.job_state, error = v.job_error,
+         finished_at = clock_timestamp(), updated_at = clock_timestamp()
+  FROM v
+  WHERE v.job_state IS NOT NULL AND v.i IN (SELECT i FROM s)
+    AND jobs.id = v.job_id AND jobs.node = v.node AND jobs.fence = v.fence
+    AND jobs.attempt = v.attempt AND jobs.state = 'RUNNING'
+    AND jobs.id = ANY(%(job_ids)s)
+  RETURNING v.i
+), e AS (
+  INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
+                          message, at)
+  SELECT job_id, step, 'RUNNING', state, node, fence, step_attempt, message,
+         clock_timestamp() FROM v WHERE i IN (SELECT i FROM s)
+  UNION ALL
+  SELECT job_id, NULL, 'RUNNING', job_state, node, fence, attempt, job_error,
+         clock_timestamp() FROM v WHERE i IN (SELECT i FROM j)
+)
+SELECT 'step', i FROM s UNION ALL SELECT 'job', i FROM j;
+
+
+-- name: complete_steps.sqlite
+-- The group commit's step half on SQLite, which has no data-modifying CTEs and lets
+-- RETURNING name only the updated table: each half returns its own ids, still one
+-- statement per half, not per job. ? is the batch as a JSON array.
+UPDATE steps SET state = v.state,
+       finished_at = (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'),
+       exit_code = v.exit_code, output = v.output, error = v.error,
+       wall_seconds = v.wall_seconds, cpu_seconds = v.cpu_seconds,
+       peak_rss_kb = v.peak_rss_kb, metrics = v.metrics
+FROM (SELECT json_extract(value, '$.step_id') AS step_id,
+             json_extract(value, '$.job_id') AS job_id,
+             json_extract(value, '$.node') AS node,
+             json_extract(value, '$.fence') AS fence,
+             json_extract(value, '$.attempt') AS attempt,
+             json_extract(value, '$.state') AS state,
+             json_extract(value, '$.exit_code') AS exit_code,
+             json_extract(value, '$.output') AS output,
+             json_extract(value, '$.error') AS error,
+             json_extract(value, '$.wall_seconds') AS wall_seconds,
+             json_extract(value, '$.cpu_seconds') AS cpu_seconds,
+             json_extract(value, '$.peak_rss_kb') AS peak_rss_kb,
+             json_extract(value, '$.metrics') AS metrics
+      FROM json_each(?)) AS v
+JOIN jobs AS owner ON owner.id = v.job_id AND owner.node = v.node
+                  AND owner.fence = v.fence AND owner.attempt = v.attempt
+WHERE steps.id = v.step_id AND steps.state = 'RUNNING'
+RETURNING steps.id;
+
+
+-- name: complete_jobs.sqlite
+-- The group commit's job half on SQLite: the jobs whose last step was written.
+UPDATE jobs SET state = v.job_state, error = v.job_error,
+       finished_at = (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'),
+       updated_at = (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')
+FROM (SELECT json_extract(value, '$.job_id') AS job_id,
+             json_extract(value, '$.node') AS node,
+             json_extract(value, '$.fence') AS fence,
+             json_extract(value, '$.attempt') AS attempt,
+             json_extract(value, '$.job_state') AS job_state,
+             json_extract(value, '$.job_error') AS job_error
+      FROM json_each(?)) AS v
+WHERE jobs.id = v.job_id AND jobs.node = v.node AND jobs.fence = v.fence
+  AND jobs.attempt = v.attempt AND jobs.state = 'RUNNING'
+RETURNING jobs.id;
+
+
+-- name: insert_events
+-- Audit rows, as many as the JSON array %(rows)s holds, in one statement whose text
+-- does not depend on how many there are.
+INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
+                        message, at)
+SELECT v.job_id, v.step, v.from_state, v.to_state, v.node, v.fence, v.attempt,
+       v.message, clock_timestamp()
+FROM json_to_recordset(CAST(%(rows)s AS json)) AS v(
+  job_id bigint, step text, from_state text, to_state text, node text, fence bigint,
+  attempt int, message text);
+
+
+-- name: insert_events.sqlite
+INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
+                        message, at)
+SELECT json_extract(value, '$.job_id'), json_extract(value, '$.step'),
+       json_extract(value, '$.from_state'), json_extract(value, '$.to_state'),
+       json_extract(value, '$.node'), json_extract(value, '$.fence'),
+       json_extract(value, '$.attempt'), json_extract(value, '$.message'),
+       (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')
+FROM json_each(?);
+
+
+-- name: steps_of.sqlite
+-- Every step row of the jobs in :ids (a JSON array), by job then position: the steps
+-- of a claim's jobs. The PostgreSQL claim returns them itself.
+SELECT id, job_id, position, name, type, spec, depends_on, retries, retry_backoff,
+       retryable, state, attempt, started_at, finished_at, exit_code, output, error,
+       wall_seconds, cpu_seconds, peak_rss_kb, metrics
+FROM steps WHERE job_id IN (SELECT value FROM json_each(:ids))
+ORDER BY job_id, position;
+
+
+-- name: start_steps.sqlite
+-- READY -> RUNNING for the steps in :ids (a JSON array): a claim's first steps.
+UPDATE steps SET state = 'RUNNING', attempt = attempt + 1,
+       started_at = (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'),
+       finished_at = NULL, exit_code = NULL, error = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'READY'
+RETURNING id, attempt, started_at;
+
+
+-- name: submit
+-- One job with its steps (%(steps)s, a JSON array), its first audit row and, when
+-- %(channel)s is not NULL, the notification that wakes idle schedulers, on an
+-- autocommit connection: the job is committed, and the schedulers woken, as the
+-- statement returns. Returns the job's columns (in the model's order) and its steps
+-- as a JSON array. pg_notify runs once, for the one row; the notification is
+-- delivered when the statement commits.
+WITH job AS (
+  INSERT INTO jobs (name, state, priority, lock_key, assigned_servers, params, parallelism,
+                    not_before, idempotency_key, request_hash, fence, attempt, created_at,
+                    updated_at)
+  VALUES (%(name)s, 'READY', %(priority)s, %(lock_key)s, %(assigned_servers)s,
+          CAST(%(params)s AS json), %(parallelism)s, %(not_before)s, %(idempotency_key)s,
+          %(request_hash)s, 0, 0, clock_timestamp(), clock_timestamp())
+  RETURNING *
+), step AS (
+  INSERT INTO steps (job_id, position, name, type, spec, depends_on, retries,
+                     retry_backoff, retryable, state, attempt)
+  SELECT job.id, v.position, v.name, v.type, v.spec, v.depends_on, v.retries,
+         v.retry_backoff, v.retryable, 'READY', 0
+  FROM job, json_to_recordset(CAST(%(steps)s AS json)) AS v(
+    position int, name text, type text, spec json, depends_on json, retries int,
+    retry_backoff float8, retryable boolean)
+  RETURNING *
+), audit AS (
+  INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
+                          message, at)
+  SELECT id, NULL, NULL, 'READY', NULL, NULL, NULL, 'submitted', clock_timestamp() FROM job
+)
+SELECT job.id, job.name, job.state, job.priority, job.lock_key, job.assigned_servers,
+  job.params, job.parallelism, job.not_before, job.idempotency_key, job.request_hash,
+  job.node, job.fence, job.attempt, job.error, job.created_at, job.updated_at,
+  job.started_at, job.finished_at,
+  (SELECT json_agg(step ORDER BY step.position) FROM step) AS step_rows,
+  CASE WHEN CAST(%(channel)s AS text) IS NOT NULL
+       THEN pg_notify(%(channel)s, '') IS NULL END AS woken
+FROM job;

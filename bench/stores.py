@@ -247,6 +247,7 @@ def wait_drained(url: str, timeout: float, poll: float = 0.1) -> bool:
             return False
         time.sleep(poll)
 
+
 def run_window(url: str, min_id: int = 0) -> dict[str, Any]:
     """Finished jobs (id >= min_id): count, first start, last finish, jobs/s between."""
     from sqlalchemy import create_engine, text

@@ -45,6 +45,7 @@ _LEGAL: dict[State, frozenset[State]] = {
     State.DISCARDED: frozenset(),
 }
 
+
 def can_transition(current: State, target: State) -> bool:
     return target in _LEGAL[current]
 

@@ -74,6 +74,7 @@ NODE = _exact({
 ERROR = _exact({"error": _exact({
     "code": {"type": "string"}, "message": {"type": "string"}, "details": {}})})
 
+
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 

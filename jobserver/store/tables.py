@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple, cast
 
 from sqlalchemy import Connection, Table
 

@@ -14,11 +14,13 @@ claim token; the job only while it is RUNNING under that token.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, text
+from sqlalchemy.sql.expression import TextualSelect
 
 from jobserver.states import State
 from jobserver.store.queries import query
@@ -108,13 +110,18 @@ def _job_event(row: dict[str, Any]) -> AuditEvent:
 # -- claims on SQLite ---------------------------------------------------------------------
 def steps_of(conn: Connection, job_ids: Sequence[int]) -> Sequence[Any]:
     """Every step row of ``job_ids``, by job then position, typed as the table says."""
-    statement = text(query("steps_of.sqlite")).columns(*steps.c)
-    return conn.execute(statement, {"ids": json.dumps(list(job_ids))}).all()
+    return conn.execute(_typed_statements()[0], {"ids": json.dumps(list(job_ids))}).all()
 
 
 def start_steps(conn: Connection, step_ids: Sequence[int]) -> Sequence[Any]:
     """READY -> RUNNING for ``step_ids`` (a claim's first steps); returns
     ``(id, attempt, started_at)`` of those started."""
-    statement = text(query("start_steps.sqlite")).columns(
-        steps.c.id, steps.c.attempt, steps.c.started_at)
-    return conn.execute(statement, {"ids": json.dumps(list(step_ids))}).all()
+    return conn.execute(_typed_statements()[1], {"ids": json.dumps(list(step_ids))}).all()
+
+
+@functools.cache
+def _typed_statements() -> tuple[TextualSelect, TextualSelect]:
+    # Built once: every SQLite claim runs both, and their texts never change.
+    return (text(query("steps_of.sqlite")).columns(*steps.c),
+            text(query("start_steps.sqlite")).columns(steps.c.id, steps.c.attempt,
+                                                      steps.c.started_at))

@@ -15,7 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from jobserver.store import Store
-from jobserver.store.tables import api_tokens, epochs, events, jobs, servers, steps
+from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
+from jobserver.store.tables import (api_tokens, epochs, events, feed_cursors, jobs, servers,
+                                   steps)
 
 # A plain postgresql:// URL: the store uses the driver a user's would (psycopg 3).
 PG_ADMIN_URL = os.environ.get("JOBSERVER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -82,9 +84,12 @@ def _empty(store: Store) -> None:
     with store.tx.write() as conn:
         if store.dialect == "postgresql":
             conn.exec_driver_sql("TRUNCATE jobs, steps, job_events, servers, lock_epochs, "
-                                 "api_tokens RESTART IDENTITY CASCADE")
+                                 "api_tokens, feed_cursors, schedules, schedule_jobs, "
+                                 "schedule_evaluations, schedule_watches "
+                                 "RESTART IDENTITY CASCADE")
         else:
-            for table in (events, steps, jobs, servers, epochs, api_tokens):
+            for table in (events, steps, jobs, servers, epochs, api_tokens, feed_cursors,
+                          watches, evaluations, schedule_jobs, schedules):
                 conn.execute(table.delete())
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer,
-                        MetaData, String, Text, TypeDecorator, UniqueConstraint)
+from sqlalchemy import (DDL, JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index,
+                        Integer, MetaData, String, Text, TypeDecorator, UniqueConstraint, event,
+                        text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # A BIGINT primary key autoincrements on PostgreSQL; SQLite only does so for INTEGER.
@@ -131,6 +132,12 @@ class StepRow(Base):
     __table_args__ = (UniqueConstraint("job_id", "name"), Index("ix_steps_job_id", "job_id"))
 
 
+#: Rows of the final-events feed: a job (not a step) reaching a state a run ends in.
+#: Spelled the same wherever a query must use ``ix_job_events_finals``.
+FINAL_EVENTS = ("txid IS NOT NULL AND step IS NULL "
+                "AND to_state IN ('SUCCEED', 'ERROR', 'DISCARDED', 'STOPPED')")
+
+
 class JobEventRow(Base):
     """The audit trail: one row for every job and step state change."""
 
@@ -146,8 +153,40 @@ class JobEventRow(Base):
     attempt: Mapped[int | None] = mapped_column(Integer)
     message: Mapped[str | None] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # PostgreSQL: the id of the transaction that wrote the row (its column default,
+    # TXID_DEFAULT), which orders the feed of final job events in commit order (see
+    # jobserver.store.feed). SQLite leaves it NULL: its writers are serialised, so
+    # ``id`` order is commit order there.
+    txid: Mapped[int | None] = mapped_column(BigInteger)
 
-    __table_args__ = (Index("ix_job_events_job_id_id", "job_id", "id"),)
+    __table_args__ = (
+        Index("ix_job_events_job_id_id", "job_id", "id"),
+        # The feed reads final job events by (txid, id); one entry per finished job,
+        # and none on SQLite, where txid is NULL.
+        Index("ix_job_events_finals", "txid", "id",
+              postgresql_where=text(FINAL_EVENTS), sqlite_where=text(FINAL_EVENTS)),
+    )
+
+
+#: The PostgreSQL column default of ``job_events.txid``: every writer's rows carry its
+#: transaction id without any insert naming the column.
+TXID_DEFAULT = ("ALTER TABLE job_events ALTER COLUMN txid "
+                "SET DEFAULT CAST(CAST(pg_current_xact_id() AS text) AS bigint)")
+event.listen(JobEventRow.__table__, "after_create",
+             DDL(TXID_DEFAULT).execute_if(dialect="postgresql"))
+
+
+class FeedCursorRow(Base):
+    """How far a reader of an ordered feed has read (``jobserver.store.feed``): the
+    (txid, id) of the last row it took. Written in the transaction that acts on what
+    it read, so that a row is acted on once across restarts and failovers."""
+
+    __tablename__ = "feed_cursors"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    txid: Mapped[int] = mapped_column(BigInteger, default=0)
+    position: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class ServerRow(Base):
@@ -198,3 +237,8 @@ class ApiTokenRow(Base):
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+# The planners' tables live in their packages; importing them here puts them in
+# Base.metadata, which migrations and the drift test compare against.
+from jobserver.schedules import tables as _schedule_tables  # noqa: E402,F401

@@ -264,3 +264,39 @@ SELECT job.id, job.name, job.state, job.priority, job.lock_key, job.assigned_ser
   CASE WHEN CAST(%(channel)s AS text) IS NOT NULL
        THEN pg_notify(%(channel)s, '') IS NULL END AS woken
 FROM job;
+
+
+-- name: final_events
+-- The feed of final job events (jobserver.store.feed) after the cursor
+-- (%(txid)s, %(position)s), in commit order: only rows whose writing transaction is
+-- older than every transaction still running, which have all ended, so that no row
+-- can later appear before the cursor. The first three conditions are the partial
+-- index ix_job_events_finals's own predicate, spelled the same so that it is used.
+SELECT e.id, e.txid, e.job_id, j.name, j.idempotency_key, e.to_state, e.at
+FROM job_events AS e JOIN jobs AS j ON j.id = e.job_id
+WHERE e.txid IS NOT NULL AND e.step IS NULL
+  AND e.to_state IN ('SUCCEED', 'ERROR', 'DISCARDED', 'STOPPED')
+  AND (e.txid, e.id) > (CAST(%(txid)s AS bigint), CAST(%(position)s AS bigint))
+  AND e.txid < CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint)
+ORDER BY e.txid, e.id
+LIMIT %(limit)s;
+
+
+-- name: final_events.sqlite
+-- SQLite serialises writers, so ids are handed out in commit order.
+SELECT e.id, 0, e.job_id, j.name, j.idempotency_key, e.to_state, e.at
+FROM job_events AS e JOIN jobs AS j ON j.id = e.job_id
+WHERE e.id > :position AND e.step IS NULL
+  AND e.to_state IN ('SUCCEED', 'ERROR', 'DISCARDED', 'STOPPED')
+ORDER BY e.id
+LIMIT :limit;
+
+
+-- name: feed_head
+-- Where a new reader starts: after everything already ended. Rows of transactions
+-- still running (txid at or above the horizon) will still be read.
+SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint), 0;
+
+
+-- name: feed_head.sqlite
+SELECT 0, COALESCE(MAX(id), 0) FROM job_events;

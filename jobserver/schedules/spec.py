@@ -383,6 +383,14 @@ def _check_clock(trigger: TimeTrigger, where: str) -> list[dict[str, str]]:
     return []
 
 
+def load_spec(stored: dict[str, Any]) -> ScheduleSpec:
+    """A spec as stored (``model_dump(mode="json")`` of one :func:`parse_schedule`
+    accepted), read back without the policy's checks: a schedule accepted once stays
+    readable when the node's policy changes. Datetimes are ISO strings in JSON, which
+    strict validation accepts only from JSON text."""
+    return ScheduleSpec.model_validate_json(json.dumps(stored))
+
+
 def spec_hash(spec: ScheduleSpec) -> str:
     """The digest of the spec's canonical JSON: equal specs, equal hashes."""
     canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True,

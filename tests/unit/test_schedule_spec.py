@@ -12,7 +12,8 @@ from jobserver.exceptions import InvalidRequest, MalformedRequest
 from jobserver.schedules.spec import (AndTrigger, ConcurrencyConstraint, DelayConstraint,
                                       JobStatusTrigger, SinceLastRunConstraint,
                                       TimeTrigger, TimeWindowConstraint, leaves,
-                                      parse_schedule, spec_hash, watch_targets)
+                                      load_spec, parse_schedule, spec_hash,
+                                      watch_targets)
 from jobserver.spec import Policy
 
 POLICY = Policy(lambda name: name == "pkg.fn", ["echo"])
@@ -204,3 +205,11 @@ def test_watch_targets() -> None:
         {"type": "time", "interval": 60}]}), POLICY)
     assert watch_targets(spec) == {("job", "Workflow1"), ("schedule", "other/w2"),
                                    ("dataset", "team/logs"), ("schedule", "team/local")}
+
+
+def test_a_stored_spec_loads_back_without_the_policy() -> None:
+    spec = parse_schedule(body(trigger={"type": "time", "interval": 60,
+                                        "start": "2026-01-01T00:00:00Z"}), POLICY)
+    stored = json.loads(json.dumps(spec.model_dump(mode="json")))
+    assert load_spec(stored) == spec
+    assert spec_hash(load_spec(stored)) == spec_hash(spec)

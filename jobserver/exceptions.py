@@ -113,6 +113,14 @@ class RetryableListenerError(JobServerError):
     code = "listener_retry"
 
 
+class TriggerError(JobServerError):
+    """A schedule's fire times cannot be computed: the computation stopped advancing
+    (each fire time must be later than the one before). The spec was accepted, so
+    this is a bug in the computation or the time zone data, not in the request."""
+
+    code = "trigger_error"
+
+
 class StepFailed(JobServerError):
     """A step body reports failure; ``retryable`` says whether a retry may help."""
 

@@ -7,8 +7,8 @@ transaction commits, so a transaction holding id 7 may commit after one holding 
 
 Here every ``job_events`` row carries the id of the transaction that wrote it
 (``txid``), and a reader takes only rows whose transaction is older than the oldest
-one still running (``pg_snapshot_xmin``): all of those have ended, so no row can
-appear later below that horizon. Rows are read in (txid, id) order and the cursor is
+one of this database still running (the *horizon*, ``feed_head`` in queries.sql):
+all of those have ended, so no row can appear later below it. Rows are read in (txid, id) order and the cursor is
 the (txid, id) of the last row taken. A row of a long transaction is not skipped,
 only read once that transaction has ended. On SQLite writers are serialised, so id
 order is commit order and the cursor's ``txid`` stays 0.

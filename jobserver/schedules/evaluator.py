@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 
 from jobserver.config import SchedulesConfig
-from jobserver.exceptions import TRANSIENT, Conflict, FencedOff, InvalidRequest
+from jobserver.exceptions import TRANSIENT, FencedOff, InvalidRequest
 from jobserver.loops import Loop
 from jobserver.planner import PlannerSeat
 from jobserver.schedules.firing import (Facts, Outcome, check_time, constrain, notify,
@@ -41,6 +41,7 @@ from jobserver.schedules.timing import FireTimes
 from jobserver.schedules.triggers import JobEvent, Notification, matching_parts
 from jobserver.spec import JobSpec, Policy, validate_job
 from jobserver.store import Store
+from jobserver.store.jobs import KeyedSubmit
 from locks.base import Lease
 
 log = logging.getLogger(__name__)
@@ -117,8 +118,11 @@ class ScheduleEvaluator(Loop):
         key, fence = lease.key, lease.fence
         now = self._clock()
         self._consume_feeds(key, fence, now)
-        while self._fire_due(key, fence, now) >= self._config.batch:
-            pass
+        while True:  # each batch's launches go out before the next batch is fired
+            fired = self._fire_due(key, fence, now)
+            self._launch_all(key, fence)
+            if fired < self._config.batch:
+                break
         while self._recheck_due(key, fence, now) >= self._config.batch:
             pass
         self._launch_all(key, fence)
@@ -142,7 +146,7 @@ class ScheduleEvaluator(Loop):
                 check = check_time(spec, due, now, outcome, functools.partial(self._times, due))
                 notify(spec, due, pending.get(due.id), check.notes, now, facts, outcome)
                 changes.append((due.id, check.trigger_state, check.next_check))
-            self.store.save_schedules(conn, changes, now)
+            self.store.save_schedules(conn, changes)
             self._save(conn, outcome, now)
         self._count(outcome)
         return len(dues)
@@ -224,20 +228,23 @@ class ScheduleEvaluator(Loop):
 
     # -- launches -------------------------------------------------------------------------
     def _launch_all(self, key: str, fence: int) -> None:
+        """Launch every schedule-job in PENDING_LAUNCH, a batch at a time: one bulk
+        idempotent submit, then one fenced transaction that records the outcome."""
         while True:
             launches = self.store.to_launch(self._config.batch)
-            done = [(launch, self._launch(launch)) for launch in launches]
-            if not done:
+            if not launches:
                 return
+            prepared = {launch.id: self._prepare(launch) for launch in launches}
+            keyed = [item for item in prepared.values() if isinstance(item, KeyedSubmit)]
+            job_ids = self._jobs.submit_keyed(keyed)
             now = self._clock()
             with self.store.fenced(key, fence) as conn:
-                for launch, result in done:
-                    self._settle(conn, launch, result, now)
+                self._settle(conn, launches, prepared, job_ids, now)
             if len(launches) < self._config.batch:
                 return
 
-    def _launch(self, launch: Launch) -> int | str:
-        """Submit the job of ``launch``; its id, or why it cannot be launched."""
+    def _prepare(self, launch: Launch) -> KeyedSubmit | str:
+        """The job ``launch`` submits, or why the node refuses its template."""
         template = dict(launch.spec["template"])
         template["params"] = {**template.get("params", {}),
                               **launch.spec.get("properties", {}), **launch.properties}
@@ -248,30 +255,37 @@ class ScheduleEvaluator(Loop):
             return f"template refused: {getattr(exc, 'message', exc)}"
         digest = hashlib.sha256(json.dumps(job.model_dump(mode="json"),
                                            sort_keys=True).encode()).hexdigest()
-        try:
-            record, _created = self._jobs.submit(job, dependencies, launch.launch_key, digest)
-        except Conflict as exc:  # the key's job exists with another body: it is launched
-            return int((exc.details or {}).get("job_id", 0)) or f"launch refused: {exc}"
-        return record.id
+        return KeyedSubmit(job, dependencies, launch.launch_key, digest)
 
-    def _settle(self, conn: Connection, launch: Launch, result: int | str,
+    def _settle(self, conn: Connection, launches: list[Launch],
+                prepared: dict[int, KeyedSubmit | str], job_ids: dict[str, int],
                 now: datetime) -> None:
-        if isinstance(result, str):
-            if self.store.abort_launch(conn, launch, result, now):
-                self._count(Outcome(aborted={"template": 1}))
-                self.store.record(conn, [Evaluation(launch.schedule_id, "aborted", result,
-                                                    fire_time=launch.fire_time)], now)
-            return
-        if not self.store.mark_launched(conn, launch, result, now):
-            return  # aborted meanwhile; the job it started is kept on the row
-        lag = (now - (launch.fire_time or launch.created_at)).total_seconds()
-        self.store.record(conn, [Evaluation(
-            launch.schedule_id, "launched", f"job {result} launched {lag:.3f} s after "
-            f"{'its fire time' if launch.fire_time else 'its trigger'}",
-            fire_time=launch.fire_time, details={"job_id": result, "lag_seconds": lag})], now)
+        rows, refused = [], 0
+        for launch in launches:
+            item = prepared[launch.id]
+            if isinstance(item, str) and self.store.abort_launch(conn, launch, item, now):
+                refused += 1
+                rows.append(Evaluation(launch.schedule_id, "aborted", item,
+                                       fire_time=launch.fire_time))
+        pairs = [(launch, job_ids[launch.launch_key]) for launch in launches
+                 if launch.launch_key in job_ids]
+        moved = self.store.mark_launched(conn, pairs, now)
+        lags = []
+        for launch, job_id in pairs:
+            if launch.id not in moved:
+                continue  # aborted meanwhile; the job it started is kept on the row
+            lag = (now - (launch.fire_time or launch.created_at)).total_seconds()
+            lags.append(lag)
+            rows.append(Evaluation(
+                launch.schedule_id, "launched", f"job {job_id} launched {lag:.3f} s after "
+                f"{'its fire time' if launch.fire_time else 'its trigger'}",
+                fire_time=launch.fire_time, details={"job_id": job_id, "lag_seconds": lag}))
+        self.store.record(conn, rows, now)
         if self._metrics is not None:
-            self._metrics.launched.inc()
-            self._metrics.lag.observe(max(0.0, lag))
+            self._count(Outcome(aborted={"template": refused} if refused else {}))
+            self._metrics.launched.inc(len(lags))
+            for lag in lags:
+                self._metrics.lag.observe(max(0.0, lag))
 
     # -- helpers --------------------------------------------------------------------------
     def _spec(self, due: Due) -> ScheduleSpec:

@@ -193,13 +193,14 @@ class ScheduleEvaluator(Loop):
         self.store.save_feed(conn, events[-1].cursor)
         launched_by = {event.id: schedule_of_key(event.idempotency_key) for event in events}
         names = self.store.schedule_names(conn, {s for s in launched_by.values() if s})
+        job_events = [JobEvent(event.job_id, event.job_name, event.state,
+                               names.get(launched_by[event.id] or 0)) for event in events]
+        watching = self.store.watchers(conn, {target for job_event in job_events
+                                              for target in _targets(job_event)})
         found: dict[int, list[Any]] = {}
-        for event in events:
-            schedule = names.get(launched_by[event.id] or 0)
-            job_event = JobEvent(event.job_id, event.job_name, event.state, schedule)
-            targets = {("job", event.job_name)} | ({("schedule", schedule)} if schedule else set())
-            for ids in self.store.watchers(conn, targets).values():
-                for schedule_id in ids:
+        for job_event in job_events:
+            for target in _targets(job_event):
+                for schedule_id in watching.get(target, []):
                     found.setdefault(schedule_id, []).append(("job", job_event))
         return found
 
@@ -332,6 +333,12 @@ class ScheduleEvaluator(Loop):
         removed = self.store.prune(now - timedelta(seconds=self._config.evaluation_retention))
         if removed:
             log.info("removed %s schedule evaluation records past their retention", removed)
+
+
+def _targets(event: JobEvent) -> list[tuple[str, str]]:
+    """The watch targets a job event concerns: its job name, and the schedule that
+    launched it."""
+    return [("job", event.job_name)] + ([("schedule", event.schedule)] if event.schedule else [])
 
 
 def _partition_parts(spec: ScheduleSpec, dataset: str, namespace: str) -> list[str]:

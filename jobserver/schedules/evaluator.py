@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 #: How often evaluation records older than the retention are deleted.
 PRUNE_EVERY = timedelta(minutes=10)
+#: How often the job-event feed's cursor moves to the head while no schedule watches
+#: job events; events older than a schedule's enabling never reach it anyway.
+FEED_SKIP_EVERY = timedelta(seconds=10)
 
 
 def utcnow() -> datetime:
@@ -81,6 +84,7 @@ class ScheduleEvaluator(Loop):
         self._specs: dict[tuple[int, int], ScheduleSpec] = {}
         self._fire_times: dict[tuple[int, int, str], FireTimes] = {}
         self._pruned_at: datetime | None = None
+        self._feed_skipped_at: datetime | None = None
 
     def stop(self) -> None:
         super().stop()
@@ -114,24 +118,39 @@ class ScheduleEvaluator(Loop):
 
     # -- one round ------------------------------------------------------------------------
     def evaluate(self, lease: Lease) -> datetime | None:
-        """One round under ``lease``; returns the earliest next fire or check time."""
+        """One round under ``lease``; returns the earliest next fire or check time.
+
+        It starts with one read of what is due, so that an idle round costs one read
+        transaction and no write (on SQLite a write would take the database's one
+        write lock from the engine's claims)."""
         key, fence = lease.key, lease.fence
         now = self._clock()
-        self._consume_feeds(key, fence, now)
-        while True:  # each batch's launches go out before the next batch is fired
-            fired = self._fire_due(key, fence, now)
+        work = self.store.overview()
+        changed = False
+        if work.watches_jobs or self.partition_feeds:
+            changed = self._consume_feeds(key, fence, now)
+        elif self._feed_skipped_at is None or now - self._feed_skipped_at >= FEED_SKIP_EVERY:
+            self._feed_skipped_at = now
+            with self.store.fenced(key, fence) as conn:
+                self.store.skip_feed(conn)  # nothing watches: a new watcher starts near now
+        if work.next_check is not None and work.next_check <= now:
+            while True:  # each batch's launches go out before the next batch is fired
+                fired = self._fire_due(key, fence, now)
+                self._launch_all(key, fence)
+                if fired < self._config.batch:
+                    break
+            while self._recheck_due(key, fence, now) >= self._config.batch:
+                pass
+            changed = True
+        if changed:
+            work = self.store.overview()
+        if work.launching:
             self._launch_all(key, fence)
-            if fired < self._config.batch:
-                break
-        while self._recheck_due(key, fence, now) >= self._config.batch:
-            pass
-        self._launch_all(key, fence)
         self._prune(now)
-        next_due, pending = self.store.next_due()
         if self._metrics is not None:
             self._metrics.rounds.inc()
-            self._metrics.pending.set(pending)
-        return next_due
+            self._metrics.pending.set(work.pending)
+        return work.next_check
 
     def _fire_due(self, key: str, fence: int, now: datetime) -> int:
         """Time triggers of due schedules; returns how many schedules were due."""
@@ -167,9 +186,10 @@ class ScheduleEvaluator(Loop):
         self._count(outcome)
         return len(drafts)
 
-    def _consume_feeds(self, key: str, fence: int, now: datetime) -> None:
+    def _consume_feeds(self, key: str, fence: int, now: datetime) -> bool:
         """Job events (and new partitions) to the schedules that watch them, with
-        the feeds' cursors saved in the same fenced transaction."""
+        the feeds' cursors saved in the same fenced transaction; whether any
+        schedule-job changed."""
         outcome = Outcome()
         with self.store.fenced(key, fence) as conn:
             notes = self._job_notes(conn, now)
@@ -182,26 +202,25 @@ class ScheduleEvaluator(Loop):
                 self._deliver(conn, notes, now, outcome)
             self._save(conn, outcome, now)
         self._count(outcome)
+        return bool(outcome.drafts)
 
     def _job_notes(self, conn: Connection, now: datetime) -> dict[int, list[Any]]:
-        if not self.store.watches_jobs(conn):
-            self.store.skip_feed(conn)  # nothing to deliver; a new watcher starts now
-            return {}
         cursor, events = self.store.read_feed(conn, self._config.batch)
         if not events:
             return {}
         self.store.save_feed(conn, events[-1].cursor)
         launched_by = {event.id: schedule_of_key(event.idempotency_key) for event in events}
         names = self.store.schedule_names(conn, {s for s in launched_by.values() if s})
-        job_events = [JobEvent(event.job_id, event.job_name, event.state,
-                               names.get(launched_by[event.id] or 0)) for event in events]
-        watching = self.store.watchers(conn, {target for job_event in job_events
+        job_events = [(JobEvent(event.job_id, event.job_name, event.state,
+                                names.get(launched_by[event.id] or 0)), event.at)
+                      for event in events]
+        watching = self.store.watchers(conn, {target for job_event, _at in job_events
                                               for target in _targets(job_event)})
         found: dict[int, list[Any]] = {}
-        for job_event in job_events:
+        for job_event, at in job_events:
             for target in _targets(job_event):
                 for schedule_id in watching.get(target, []):
-                    found.setdefault(schedule_id, []).append(("job", job_event))
+                    found.setdefault(schedule_id, []).append(("job", (job_event, at)))
         return found
 
     def _deliver(self, conn: Connection, found: dict[int, list[Any]], now: datetime,
@@ -218,9 +237,12 @@ class ScheduleEvaluator(Loop):
                     notes += [Notification(part=path, kind="partition", at=now, count=count)
                               for path in _partition_parts(spec, dataset, due.namespace)]
                     continue
+                job_event, at = item
+                if at < due.enabled_at:
+                    continue  # it ended before the schedule was enabled
                 notes += [Notification(part=path, kind="job_status", at=now,
-                                       job_id=item.job_id, state=item.state)
-                          for path in matching_parts(spec.trigger, item, due.namespace)]
+                                       job_id=job_event.job_id, state=job_event.state)
+                          for path in matching_parts(spec.trigger, job_event, due.namespace)]
             notify(spec, due, pending.get(due.id), notes, now, facts, outcome)
 
     def _save(self, conn: Connection, outcome: Outcome, now: datetime) -> None:

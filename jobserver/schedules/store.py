@@ -93,6 +93,18 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
+class Overview:
+    """The evaluator's work at a glance: the earliest next check of an enabled
+    schedule or a pending schedule-job, how many are pending, whether any waits for
+    its launch and whether any schedule watches job events."""
+
+    next_check: datetime | None
+    pending: int
+    launching: bool
+    watches_jobs: bool
+
+
+@dataclass(frozen=True)
 class Launch:
     """A schedule-job in PENDING_LAUNCH with what its job is made of."""
 
@@ -206,17 +218,20 @@ class EvaluatorStore:
             .order_by(jobs.c.id.desc()).limit(1)).first()
         return as_utc(row[0]) if row is not None else None
 
-    def next_due(self) -> tuple[datetime | None, int]:
-        """The earliest next check of an enabled schedule or a pending schedule-job,
-        and how many schedule-jobs are pending (trigger or constraints)."""
+    def overview(self) -> Overview:
+        """What the evaluator has to do, in one read transaction of index lookups."""
         with self._tx.read() as conn:
             first = conn.execute(select(func.min(schedules.c.next_check_at))
                                  .where(schedules.c.enabled)).scalar()
             pending, count = conn.execute(
                 select(func.min(schedule_jobs.c.next_check_at), func.count())
                 .where(schedule_jobs.c.state.in_(PENDING_STATES))).one()
+            launching = conn.execute(select(schedule_jobs.c.id).where(
+                schedule_jobs.c.state == "PENDING_LAUNCH").limit(1)).first() is not None
+            watching = self.watches_jobs(conn)
         times = [as_utc(t) for t in (first, pending) if t is not None]
-        return (min(times) if times else None), int(count)  # type: ignore[type-var]
+        return Overview(min(times) if times else None,  # type: ignore[type-var]
+                        int(count), launching, watching)
 
     def to_launch(self, limit: int) -> list[Launch]:
         with self._tx.read() as conn:

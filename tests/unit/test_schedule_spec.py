@@ -71,7 +71,9 @@ def test_interval_and_calendar() -> None:
     assert spec.trigger.interval == 900
     assert spec.trigger.start == datetime(2025, 12, 31, 23, tzinfo=timezone.utc)
     calendar = {"type": "time", "calendar": {"months": 1, "hour": 4}}
-    assert parse_schedule(body(trigger=calendar), POLICY).trigger.calendar.months == 1  # type: ignore[union-attr]
+    monthly = parse_schedule(body(trigger=calendar), POLICY).trigger
+    assert isinstance(monthly, TimeTrigger) and monthly.calendar is not None
+    assert monthly.calendar.months == 1
 
 
 def test_yaml_datetimes_are_read_as_iso_strings() -> None:

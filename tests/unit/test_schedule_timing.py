@@ -21,14 +21,15 @@ ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def at(*fields: int, tz: Any = UTC) -> datetime:
-    return datetime(*fields, tzinfo=tz).astimezone(UTC)  # type: ignore[misc]
+    return datetime(*fields, tzinfo=tz).astimezone(UTC)  # type: ignore[misc, arg-type]
 
 
 def time_trigger(**fields: Any) -> TimeTrigger:
     return TimeTrigger.model_validate_json(json.dumps({"type": "time", **fields}))
 
 
-def fires(trigger: TimeTrigger, after: datetime, until: datetime, limit: int = 500) -> list[datetime]:
+def fires(trigger: TimeTrigger, after: datetime, until: datetime,
+          limit: int = 500) -> list[datetime]:
     return FireTimes.of(trigger, ANCHOR).between(after, until, limit)
 
 

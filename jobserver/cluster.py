@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 from jobserver.client import Client
@@ -57,7 +58,7 @@ def describe_exit(index: int, code: int, log_dir: Path) -> str:
 
 
 #: The schedule ``make run`` puts in place beside the example jobs: a job every minute.
-DEMO_SCHEDULE = {
+DEMO_SCHEDULE: dict[str, Any] = {
     "namespace": "demo", "name": "every-minute",
     "description": "A demo: counts the words of a sentence every minute",
     "trigger": {"type": "time", "cron": "* * * * *"},

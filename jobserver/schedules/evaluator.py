@@ -103,8 +103,11 @@ class ScheduleEvaluator(Loop):
                     continue
                 next_due = self.evaluate(lease)
             except FencedOff as exc:
+                # The lock backend has not told this node yet that its lease is gone;
+                # until it does, the seat hands out the same lease: wait, not spin.
                 log.warning("schedule evaluation fenced off: %s", exc)
                 self._seat.release()
+                self.stopping.wait(self._config.poll_interval)
                 continue
             except TRANSIENT as exc:
                 log.warning("schedule evaluation failed (%s: %s); will retry",

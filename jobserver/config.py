@@ -167,6 +167,19 @@ class StepsConfig(_Section):
     shell: ShellStepConfig = Field(default_factory=ShellStepConfig)
 
 
+class SchedulesConfig(_Section):
+    """The schedule evaluator (jobserver.schedules.evaluator)."""
+
+    enabled: bool = True
+    # The longest the evaluator sleeps without looking for schedules changed by
+    # another node's API or for new job events; it wakes earlier for fire times.
+    poll_interval: float = Field(default=1.0, gt=0, le=60)
+    # Schedules (and schedule-jobs) handled per transaction.
+    batch: int = Field(default=500, ge=1, le=10000)
+    # How long evaluation records are kept.
+    evaluation_retention: float = Field(default=7 * 86400, ge=60, le=365 * 86400)
+
+
 class Config(_Section):
     data_dir: Path = Path(".jobserver")
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
@@ -176,6 +189,7 @@ class Config(_Section):
     server: ServerConfig = Field(default_factory=ServerConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
     steps: StepsConfig = Field(default_factory=StepsConfig)
+    schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
 
     @property
     def database_url(self) -> str:

@@ -28,7 +28,10 @@ from jobserver.logs import job_fields
 from jobserver.loops import FailureMark, Loop, LoopDeath, Periodic, Supervisor
 from jobserver.metrics import NodeMetrics, multiprocess
 from jobserver.retrying import retry
+from jobserver.planner import PlannerSeat
 from jobserver.runner import Runner
+from jobserver.schedules.evaluator import ScheduleEvaluator
+from jobserver.spec import Policy
 from jobserver.states import StopReason
 from jobserver.steps import step_types
 from jobserver.steps.python import PythonSteps
@@ -123,6 +126,7 @@ class Node:
                                     locks=self.locks, runner=self.runner,
                                     presence=lambda: self._presence)
         self.scheduler: Scheduler = create_scheduler(self.ctx)
+        self.schedules = self._schedule_evaluator()
         self._presence: Lease | None = None
         self._heartbeat = Periodic("heartbeat", config.server.heartbeat_interval,
                                    self.heartbeat)
@@ -139,6 +143,17 @@ class Node:
         self._drain_advertised = False
         #: RUNNING here by the store, unknown to the runner, at the last heartbeat
         self._abandoned: dict[int, ClaimToken] = {}
+
+    def _schedule_evaluator(self) -> ScheduleEvaluator | None:
+        """The schedule evaluator, which acts only while this node holds the planner
+        seat; it stops with claiming, at the start of a drain."""
+        if not self.config.schedules.enabled:
+            return None
+        seat = PlannerSeat(self.scheduler, self.locks, self.ctx.stopping)
+        policy = Policy(self.python_steps.is_registered,
+                        self.config.steps.shell.allowed_executables)
+        return ScheduleEvaluator(self.store, seat, self.config.schedules, policy,
+                                 self.metrics.schedules, stopping=self.ctx.stopping)
 
     def _wake(self) -> None:
         """A runner slot freed: wake the scheduler if jobs may be waiting for one.
@@ -173,6 +188,8 @@ class Node:
             self._listener.start()
         self._heartbeat.start()
         self._scheduling.start()
+        if self.schedules is not None:
+            self.schedules.start()
         self.supervisor.watch(*self.loops())
         log.info("node %s started in %s mode with %s lock backend", self.id,
                  self.config.scheduler.mode.value, self.config.lock.backend)
@@ -180,7 +197,8 @@ class Node:
     def loops(self) -> list[Loop]:
         """Every background loop of this node and of its parts."""
         wake = [self._listener] if self._listener is not None else []
-        return [self._heartbeat, self._scheduling, *wake, *self.runner.loops(),
+        planners = [self.schedules] if self.schedules is not None else []
+        return [self._heartbeat, self._scheduling, *wake, *planners, *self.runner.loops(),
                 *self.locks.loops(), *self.listeners.loops()]
 
     @property
@@ -270,6 +288,8 @@ class Node:
         (the scheduler loop releases them as it ends); running jobs go on."""
         self.ctx.stopping.set()
         self.ctx.wake.set()
+        if self.schedules is not None:
+            self.schedules.stop()
         if self._drain_advertised:
             return
         self._drain_advertised = True
@@ -304,9 +324,10 @@ class Node:
         self._closed.set()
         # A thread waiting on an unreachable lock service would hold the stop up.
         self.locks.abort_waits()
-        for loop in (self._heartbeat, self._scheduling):
-            loop.stop()
-            loop.join(5)
+        for loop in (self._heartbeat, self._scheduling, self.schedules):
+            if loop is not None:
+                loop.stop()
+                loop.join(5)
         if self._listener is not None:
             self._listener.stop()
         self.runner.shutdown()

@@ -133,6 +133,12 @@ class Scheduler(ABC):
         """Scheduling locks this node holds (for the locks-held gauge)."""
         return int(self.active)
 
+    def planner_lease(self) -> Lease | None:
+        """The lease that makes this node the cluster's one active scheduler (or
+        leader), with its fence drawn; None while it is not. Planner loops fence
+        their writes with it (``jobserver.planner``); ``distributed`` mode has none."""
+        return None
+
     def acquire_timed(self, acquire: Callable[[], Lease | None], kind: str) -> Lease | None:
         started = time.monotonic()
         lease = acquire()

@@ -50,6 +50,10 @@ class LeaderScheduler(Scheduler):
         super().__init__(ctx)
         self.lease: Lease | None = None
 
+    def planner_lease(self) -> Lease | None:
+        lease = self.lease
+        return lease if lease is not None and lease.is_valid() else None
+
     def run(self) -> None:
         election = Loop("election", self._election_loop, stopping=self.ctx.stopping)
         election.start()

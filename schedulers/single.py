@@ -26,6 +26,14 @@ LOCK_WAIT = 1.0
 class SingleScheduler(Scheduler):
     mode = SchedulerMode.SINGLE
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._lease: Lease | None = None  # the global lock, while this node is active
+
+    def planner_lease(self) -> Lease | None:
+        lease = self._lease
+        return lease if self.active and lease is not None and lease.is_valid() else None
+
     def run(self) -> None:
         while not self.ctx.stopping.is_set():
             try:
@@ -39,7 +47,7 @@ class SingleScheduler(Scheduler):
             try:
                 self._schedule(lease)
             finally:
-                self.active = False
+                self.active, self._lease = False, None
                 lease.release()
                 log.info("released the global lock: %r", lease)
 
@@ -50,7 +58,7 @@ class SingleScheduler(Scheduler):
             return
         log.info("node %s is the active scheduler (fence %s)", self.ctx.node_id, lease.fence)
         lease.on_lost(lambda _lease: self.ctx.wake.set())
-        self.active = True
+        self.active, self._lease = True, lease
         self.publish(NodeEvent("became_active", self.ctx.node_id))
         self.announce("active")
         rescue = Ticker(self.ctx.config.server.heartbeat_interval)

@@ -212,13 +212,15 @@ class ScheduleCatalog:
 
     def _replace(self, conn: Connection, row: RowMapping, spec: ScheduleSpec) -> None:
         """An update: a new generation with a fresh trigger state; pending
-        schedule-jobs of the old one are aborted."""
+        schedule-jobs of the old one are aborted. As for a new schedule, time
+        triggers count from now: the evaluator's cursors start at ``enabled_at``."""
         now = self._clock()
         self._abort_pending(conn, row["id"], UPDATED_REASON)
         conn.execute(update(schedules).where(schedules.c.id == row["id"]).values(
             generation=schedules.c.generation + 1, spec=spec.model_dump(mode="json"),
             spec_hash=spec_hash(spec), trigger_state={},
-            next_check_at=now if row["enabled"] else None, updated_at=now))
+            next_check_at=now if row["enabled"] else None, updated_at=now,
+            enabled_at=now if row["enabled"] else row["enabled_at"]))
         self._watch(conn, row["id"], spec)
 
     def _set_enabled(self, conn: Connection, schedule_id: int, enabled: bool) -> None:

@@ -264,3 +264,101 @@ SELECT job.id, job.name, job.state, job.priority, job.lock_key, job.assigned_ser
   CASE WHEN CAST(%(channel)s AS text) IS NOT NULL
        THEN pg_notify(%(channel)s, '') IS NULL END AS woken
 FROM job;
+
+
+-- name: final_events
+-- The feed of final job events (jobserver.store.feed) after the cursor
+-- (%(txid)s, %(position)s), in commit order: only rows written by transactions older
+-- than the horizon (see feed_head), which have all ended, so that no row can later
+-- appear before the cursor. The first three conditions are the partial index
+-- ix_job_events_finals's own predicate, spelled the same so that it is used.
+WITH horizon AS (
+  SELECT COALESCE(
+    (SELECT MIN(CAST(CAST(x AS text) AS bigint))
+     FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+     WHERE xid(x) NOT IN (SELECT backend_xid FROM pg_stat_activity
+                          WHERE backend_xid IS NOT NULL
+                            AND datname <> current_database())),
+    CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint)) AS txid
+)
+SELECT e.id, e.txid, e.job_id, j.name, j.idempotency_key, e.to_state, e.at
+FROM job_events AS e JOIN jobs AS j ON j.id = e.job_id
+WHERE e.txid IS NOT NULL AND e.step IS NULL
+  AND e.to_state IN ('SUCCEED', 'ERROR', 'DISCARDED', 'STOPPED')
+  AND (e.txid, e.id) > (CAST(%(txid)s AS bigint), CAST(%(position)s AS bigint))
+  AND e.txid < (SELECT txid FROM horizon)
+ORDER BY e.txid, e.id
+LIMIT %(limit)s;
+
+
+-- name: final_events.sqlite
+-- SQLite serialises writers, so ids are handed out in commit order.
+SELECT e.id, 0, e.job_id, j.name, j.idempotency_key, e.to_state, e.at
+FROM job_events AS e JOIN jobs AS j ON j.id = e.job_id
+WHERE e.id > :position AND e.step IS NULL
+  AND e.to_state IN ('SUCCEED', 'ERROR', 'DISCARDED', 'STOPPED')
+ORDER BY e.id
+LIMIT :limit;
+
+
+-- name: feed_head
+-- The horizon: the oldest transaction of this database still running, as this
+-- statement's snapshot sees it (every older one has ended), or the snapshot's xmax
+-- when none runs. Transaction ids are cluster-wide: one that pg_stat_activity shows
+-- running in another database is left out, so that a long transaction elsewhere
+-- does not hold this feed back. One that ended between the snapshot and that read
+-- is kept in (it cannot be placed), which only makes the horizon earlier: a row is
+-- read late, never skipped. Also where a new reader starts: rows of transactions at
+-- or after the horizon are still to come.
+SELECT COALESCE(
+  (SELECT MIN(CAST(CAST(x AS text) AS bigint))
+   FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+   WHERE xid(x) NOT IN (SELECT backend_xid FROM pg_stat_activity
+                        WHERE backend_xid IS NOT NULL AND datname <> current_database())),
+  CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint)), 0;
+
+
+-- name: feed_head.sqlite
+SELECT 0, COALESCE(MAX(id), 0) FROM job_events;
+
+
+-- name: submit_keyed
+-- Many jobs, each under its own idempotency key, in one statement on an autocommit
+-- connection (%(jobs)s: a JSON array of the jobs' columns, each with its steps as a
+-- JSON array): the jobs, their steps, their first audit rows and one wake-up of idle
+-- schedulers (when %(channel)s is not NULL). A key that exists already creates
+-- nothing; the statement returns (id, idempotency_key) of the jobs it created, and
+-- the caller looks the others up.
+WITH v AS (
+  SELECT * FROM json_to_recordset(CAST(%(jobs)s AS json)) AS v(
+    name text, priority int, lock_key text, assigned_servers text, params json,
+    parallelism int, not_before timestamptz, idempotency_key text, request_hash text,
+    steps json)
+), job AS (
+  INSERT INTO jobs (name, state, priority, lock_key, assigned_servers, params, parallelism,
+                    not_before, idempotency_key, request_hash, fence, attempt, created_at,
+                    updated_at)
+  SELECT name, 'READY', priority, lock_key, assigned_servers, params, parallelism,
+         not_before, idempotency_key, request_hash, 0, 0, clock_timestamp(),
+         clock_timestamp()
+  FROM v
+  ON CONFLICT (idempotency_key) DO NOTHING
+  RETURNING id, idempotency_key
+), step AS (
+  INSERT INTO steps (job_id, position, name, type, spec, depends_on, retries,
+                     retry_backoff, retryable, state, attempt)
+  SELECT job.id, s.position, s.name, s.type, s.spec, s.depends_on, s.retries,
+         s.retry_backoff, s.retryable, 'READY', 0
+  FROM job JOIN v ON v.idempotency_key = job.idempotency_key
+  CROSS JOIN LATERAL json_to_recordset(v.steps) AS s(
+    position int, name text, type text, spec json, depends_on json, retries int,
+    retry_backoff float8, retryable boolean)
+), audit AS (
+  INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
+                          message, at)
+  SELECT id, NULL, NULL, 'READY', NULL, NULL, NULL, 'submitted', clock_timestamp() FROM job
+), wake AS (
+  SELECT pg_notify(%(channel)s, '') FROM job
+  WHERE CAST(%(channel)s AS text) IS NOT NULL LIMIT 1
+)
+SELECT job.id, job.idempotency_key, (SELECT count(*) FROM wake) FROM job;

@@ -1,0 +1,58 @@
+"""The planner seat: which lease a node's planner loops act under, if any.
+
+Planner loops that act on their own (the schedule evaluator; later, retention) run on
+exactly one node at a time, and fence every write with the lease that makes it that
+node: in ``single`` mode the global lock the active scheduler holds, in ``leader``
+mode the leadership, in ``distributed`` mode (where every node schedules) a lock of
+their own, :data:`PLANNER_LOCK`, which the seat takes and holds itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from jobserver.config import SchedulerMode
+from locks.base import Lease, LockBackend
+from schedulers.base import Scheduler
+
+log = logging.getLogger(__name__)
+
+#: The lock whose holder plans in ``distributed`` mode.
+PLANNER_LOCK = "planner"
+
+
+class PlannerSeat:
+    def __init__(self, scheduler: Scheduler, locks: LockBackend, stopping: threading.Event) -> None:
+        self._scheduler = scheduler
+        self._locks = locks
+        self._stopping = stopping
+        self._own: Lease | None = None  # distributed mode: the planner lock held here
+
+    def lease(self, wait: float) -> Lease | None:
+        """The lease to plan under now, or None after waiting up to ``wait`` seconds
+        for one. Its fence is drawn (recorded as the newest of its key) already."""
+        if self._scheduler.mode is not SchedulerMode.DISTRIBUTED:
+            lease = self._scheduler.planner_lease()
+            if lease is None or not lease.is_valid():
+                self._stopping.wait(wait)
+                return None
+            return lease
+        if self._own is not None and self._own.is_valid():
+            return self._own
+        self.release()
+        lease = self._locks.acquire(PLANNER_LOCK, blocking=True, timeout=wait)
+        if lease is None:
+            return None
+        if not self._scheduler.record_lease(lease):
+            lease.release()
+            return None
+        log.info("this node plans (lock %s, fence %s)", PLANNER_LOCK, lease.fence)
+        self._own = lease
+        return lease
+
+    def release(self) -> None:
+        """Let go of the planner lock, if this seat holds it."""
+        own, self._own = self._own, None
+        if own is not None:
+            own.release()

@@ -1,0 +1,101 @@
+"""Ordered feeds: read what other transactions wrote, in commit order, exactly once.
+
+A reader that remembers "the highest id I have seen" loses rows on PostgreSQL: ids
+come from a sequence when a row is inserted, but rows become visible when their
+transaction commits, so a transaction holding id 7 may commit after one holding id
+8 was read, and 7 is then behind the cursor for good.
+
+Here every ``job_events`` row carries the id of the transaction that wrote it
+(``txid``), and a reader takes only rows whose transaction is older than the oldest
+one of this database still running (the *horizon*, ``feed_head`` in queries.sql):
+all of those have ended, so no row can appear later below it. Rows are read in (txid, id) order and the cursor is
+the (txid, id) of the last row taken. A row of a long transaction is not skipped,
+only read once that transaction has ended. On SQLite writers are serialised, so id
+order is commit order and the cursor's ``txid`` stays 0.
+
+The cursor lives in ``feed_cursors`` and is saved in the caller's transaction, the
+one that acts on what it read: a crash before its commit reads the same rows again,
+and a commit acts on them once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, insert, select, text, update
+
+from jobserver.store.engine import store_now
+from jobserver.store.models import as_utc
+from jobserver.store.queries import query
+from jobserver.store.tables import feed_cursors
+
+
+@dataclass(frozen=True, order=True)
+class Cursor:
+    """The (txid, id) of the last row a reader took; rows after it come next."""
+
+    txid: int
+    position: int
+
+
+@dataclass(frozen=True)
+class FinalEvent:
+    """A job reaching SUCCEED, ERROR, DISCARDED or STOPPED."""
+
+    id: int
+    txid: int
+    job_id: int
+    job_name: str
+    idempotency_key: str | None
+    state: str
+    at: datetime
+
+    @property
+    def cursor(self) -> Cursor:
+        return Cursor(self.txid, self.id)
+
+
+def final_events(conn: Connection, after: Cursor, limit: int) -> list[FinalEvent]:
+    """Up to ``limit`` final job events after ``after``, in commit order."""
+    if conn.dialect.name == "postgresql":
+        rows = conn.exec_driver_sql(query("final_events"), {
+            "txid": after.txid, "position": after.position, "limit": limit}).all()
+    else:
+        rows = conn.execute(text(query("final_events.sqlite")),
+                            {"position": after.position, "limit": limit}).all()
+    return [FinalEvent(int(r[0]), int(r[1]), int(r[2]), r[3], r[4], r[5], _time(r[6]))
+            for r in rows]
+
+
+def _time(value: datetime | str) -> datetime:
+    if isinstance(value, str):  # SQLite through the raw driver: stored UTC text
+        value = datetime.fromisoformat(value)
+    stamp = as_utc(value)
+    assert stamp is not None
+    return stamp
+
+
+def load_cursor(conn: Connection, name: str) -> Cursor:
+    """The saved cursor of the reader ``name``; a new reader starts at the head
+    (after every row already committed), and is saved there."""
+    row = conn.execute(select(feed_cursors.c.txid, feed_cursors.c.position)
+                       .where(feed_cursors.c.name == name)).first()
+    if row is not None:
+        return Cursor(int(row[0]), int(row[1]))
+    head = head_of(conn)
+    conn.execute(insert(feed_cursors).values(name=name, txid=head.txid,
+                                             position=head.position, updated_at=store_now()))
+    return head
+
+
+def head_of(conn: Connection) -> Cursor:
+    """Where a reader that wants nothing already written starts."""
+    name = "feed_head" if conn.dialect.name == "postgresql" else "feed_head.sqlite"
+    txid, position = conn.exec_driver_sql(query(name)).one()
+    return Cursor(int(txid), int(position))
+
+
+def save_cursor(conn: Connection, name: str, cursor: Cursor) -> None:
+    conn.execute(update(feed_cursors).where(feed_cursors.c.name == name)
+                 .values(txid=cursor.txid, position=cursor.position, updated_at=store_now()))

@@ -4,7 +4,8 @@ The life cycle is CDAP's. A schedule is created *disabled*. Enabling it starts i
 clock afresh (the time it spent disabled is not caught up). Disabling it aborts every
 schedule-job not yet launched (engine jobs already launched run on). An update is a
 delete and a create in one: the generation goes up, the evaluator's trigger state is
-reset and pending schedule-jobs are aborted, but the enabled flag stays. Deleting
+reset and pending schedule-jobs are aborted, but the enabled flag stays (an enabled
+schedule's time triggers count from the update). Deleting
 disables, then removes the schedule with its schedule-jobs, evaluations and watches.
 
 Every write is one transaction that first locks the schedule's row (``FOR UPDATE`` on

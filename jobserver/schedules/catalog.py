@@ -5,8 +5,8 @@ clock afresh (the time it spent disabled is not caught up). Disabling it aborts 
 schedule-job not yet launched (engine jobs already launched run on). An update is a
 delete and a create in one: the generation goes up, the evaluator's trigger state is
 reset and pending schedule-jobs are aborted, but the enabled flag stays (an enabled
-schedule's time triggers count from the update). Deleting
-disables, then removes the schedule with its schedule-jobs, evaluations and watches.
+schedule's time triggers count from the update). Deleting disables, then removes the
+schedule with its schedule-jobs, evaluations and watches.
 
 Every write is one transaction that first locks the schedule's row (``FOR UPDATE`` on
 PostgreSQL; SQLite's write transactions are serial anyway). The evaluator locks the

@@ -180,7 +180,9 @@ def test_update_is_delete_and_create_but_keeps_the_flag(api: Api) -> None:
         "updated", ["trigger", "constraints"], False)
     updated = reply["schedule"]
     assert (updated["generation"], updated["enabled"], updated["pending"]) == (2, True, None)
-    assert updated["enabled_at"] == schedule["enabled_at"] is not None
+    # Its time triggers count from the update, as for a new schedule.
+    assert datetime.fromisoformat(updated["enabled_at"]) > \
+        datetime.fromisoformat(schedule["enabled_at"])
     assert rows(store, schedules)[0]["trigger_state"] == {}
     assert [(j["state"], j["reason"]) for j in rows(store, schedule_jobs, id=pending)] == [
         ("ABORTED", "schedule updated")]

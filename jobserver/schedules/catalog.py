@@ -28,6 +28,7 @@ from jobserver.exceptions import Conflict, ConstraintViolation, NotFound
 from jobserver.schedules.records import (ABORTED, PENDING_STATES, EvaluationRecord,
                                          ScheduleJobRecord, ScheduleRecord)
 from jobserver.schedules.spec import ScheduleSpec, spec_hash, watch_targets
+from jobserver.schedules.store import insert_evaluations
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
 from jobserver.store import Transactions
 
@@ -248,7 +249,7 @@ class ScheduleCatalog:
         conn.execute(update(table).where(table.c.id.in_([row.id for row in rows]))
                      .values(state=ABORTED, reason=reason, next_check_at=None,
                              updated_at=now))
-        conn.execute(insert(evaluations), [
+        insert_evaluations(conn, [
             {"schedule_id": schedule_id, "schedule_job_id": row.id, "at": now,
              "outcome": "aborted", "fire_time": row.fire_time, "reason": reason,
              "details": {"from_state": row.state}, "next_check_at": None}

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from jobserver.exceptions import FencedOff
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
 from jobserver.store import Transactions
+from jobserver.store.bulk import json_rows, update_many
 from jobserver.store.feed import (Cursor, FinalEvent, final_events, head_of, load_cursor,
                                   save_cursor)
 from jobserver.store.models import as_utc
@@ -266,38 +267,38 @@ class EvaluatorStore:
     def save_schedules(conn: Connection, changes: list[tuple[int, dict[str, Any],
                                                              datetime | None]]) -> None:
         """Each schedule's new trigger state and next check time, in one batch."""
-        if changes:
-            conn.execute(update(schedules).where(schedules.c.id == bindparam("b_id"))
-                         .values(trigger_state=bindparam("b_state"),
-                                 next_check_at=bindparam("b_next")),
-                         [{"b_id": schedule_id, "b_state": state, "b_next": next_check}
-                          for schedule_id, state, next_check in changes])
+        rows = [{"id": schedule_id, "trigger_state": state, "next_check_at": next_check}
+                for schedule_id, state, next_check in changes]
+        if not rows:
+            return
+        if conn.dialect.name == "postgresql":
+            json_rows(conn, "schedules_save", rows)
+        else:
+            update_many(conn, schedules, rows)
 
     @staticmethod
     def save_drafts(conn: Connection, drafts: list[Draft], now: datetime) -> None:
         """Insert the new schedule-jobs (their ids filled in) and update the others
         that are still pending (the API may have aborted one since it was read)."""
         new = [draft for draft in drafts if draft.id is None]
-        old = [draft for draft in drafts if draft.id is not None]
+        old = [dict(draft.columns(now), id=draft.id) for draft in drafts if draft.id is not None]
         if new:
-            ids = conn.execute(insert(schedule_jobs).returning(
-                schedule_jobs.c.id, sort_by_parameter_order=True),
-                [draft.columns(now) for draft in new]).scalars().all()
+            rows = [draft.columns(now) for draft in new]
+            if conn.dialect.name == "postgresql":
+                ids = sorted(row[0] for row in json_rows(conn, "schedule_jobs_insert", rows))
+            else:
+                ids = list(conn.execute(insert(schedule_jobs).returning(
+                    schedule_jobs.c.id, sort_by_parameter_order=True), rows).scalars())
             for draft, draft_id in zip(new, ids):
                 draft.id = int(draft_id)
-        if old:
-            conn.execute(update(schedule_jobs).where(
-                schedule_jobs.c.id == bindparam("b_id"),
-                schedule_jobs.c.state.in_(PENDING_STATES)).values(
-                {name: bindparam(f"b_{name}") for name in old[0].columns(now)}),
-                [{"b_id": draft.id, **{f"b_{name}": value for name, value
-                                       in draft.columns(now).items()}} for draft in old])
+        if old and conn.dialect.name == "postgresql":
+            json_rows(conn, "schedule_jobs_update", old)
+        elif old:
+            update_many(conn, schedule_jobs, old, schedule_jobs.c.state.in_(PENDING_STATES))
 
     @staticmethod
     def record(conn: Connection, rows: list[Evaluation], now: datetime) -> None:
-        if not rows:
-            return
-        conn.execute(insert(evaluations), [
+        insert_evaluations(conn, [
             {"schedule_id": row.schedule_id,
              "schedule_job_id": row.draft.id if row.draft is not None else None,
              "at": now, "outcome": row.outcome, "fire_time": row.fire_time,
@@ -312,21 +313,22 @@ class EvaluatorStore:
         keeps the id of the job its launch made."""
         if not launched:
             return set()
-        conn.execute(update(schedule_jobs).where(
-            schedule_jobs.c.id == bindparam("b_id"),
-            schedule_jobs.c.state == "PENDING_LAUNCH")
-            .values(state="LAUNCHED", job_id=bindparam("b_job"), reason=None, updated_at=now),
-            [{"b_id": launch.id, "b_job": job_id} for launch, job_id in launched])
         jobs_of = {launch.id: job_id for launch, job_id in launched}
-        rows = conn.execute(select(schedule_jobs.c.id, schedule_jobs.c.state,
-                                   schedule_jobs.c.job_id)
-                            .where(schedule_jobs.c.id.in_(list(jobs_of)))).all()
-        moved = {row.id for row in rows
-                 if row.state == "LAUNCHED" and row.job_id == jobs_of[row.id]}
-        for row in rows:
-            if row.id not in moved and row.job_id is None:
-                conn.execute(update(schedule_jobs).where(schedule_jobs.c.id == row.id)
-                             .values(job_id=jobs_of[row.id]))
+        rows = [{"id": schedule_job, "job_id": job_id} for schedule_job, job_id in jobs_of.items()]
+        if conn.dialect.name == "postgresql":
+            moved = {int(row[0]) for row in json_rows(conn, "schedule_jobs_launched", rows,
+                                                      now=now)}
+        else:
+            update_many(conn, schedule_jobs, [dict(row, state="LAUNCHED", reason=None,
+                                                   updated_at=now) for row in rows],
+                        schedule_jobs.c.state == "PENDING_LAUNCH")
+            moved = {row.id for row in conn.execute(select(schedule_jobs.c.id).where(
+                schedule_jobs.c.id.in_(list(jobs_of)), schedule_jobs.c.state == "LAUNCHED",
+                schedule_jobs.c.job_id.isnot(None)))}
+        for schedule_job in set(jobs_of) - moved:
+            conn.execute(update(schedule_jobs).where(schedule_jobs.c.id == schedule_job,
+                                                     schedule_jobs.c.job_id.is_(None))
+                         .values(job_id=jobs_of[schedule_job]))
         return moved
 
     @staticmethod
@@ -340,6 +342,16 @@ class EvaluatorStore:
         with self._tx.write() as conn:
             return int(conn.execute(delete(evaluations).where(
                 evaluations.c.at < before)).rowcount or 0)
+
+
+def insert_evaluations(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert ``schedule_evaluations`` rows (dicts of their columns bar ``id``)."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql":
+        json_rows(conn, "schedule_evaluations_insert", rows)
+    else:
+        conn.execute(insert(evaluations), rows)
 
 
 def _draft(row: Any) -> Draft:

@@ -362,3 +362,69 @@ WITH v AS (
   WHERE CAST(%(channel)s AS text) IS NOT NULL LIMIT 1
 )
 SELECT job.id, job.idempotency_key, (SELECT count(*) FROM wake) FROM job;
+
+
+-- name: schedule_evaluations_insert
+-- The schedule evaluator's records, as many as the JSON array %(rows)s holds, in one
+-- statement whose text does not depend on how many (jobserver.store.bulk says why
+-- not executemany).
+INSERT INTO schedule_evaluations (schedule_id, schedule_job_id, at, outcome, fire_time,
+                                  reason, details, next_check_at)
+SELECT v.schedule_id, v.schedule_job_id, v.at, v.outcome, v.fire_time, v.reason,
+       v.details, v.next_check_at
+FROM json_to_recordset(CAST(%(rows)s AS json)) AS v(
+  schedule_id bigint, schedule_job_id bigint, at timestamptz, outcome text,
+  fire_time timestamptz, reason text, details json, next_check_at timestamptz);
+
+
+-- name: schedules_save
+-- Each evaluated schedule's trigger state and next check time.
+UPDATE schedules AS s SET trigger_state = v.trigger_state, next_check_at = v.next_check_at
+FROM json_to_recordset(CAST(%(rows)s AS json)) AS v(
+  id bigint, trigger_state json, next_check_at timestamptz)
+WHERE s.id = v.id;
+
+
+-- name: schedule_jobs_insert
+-- New schedule-jobs; returns their ids. The sequence hands ids out in the order the
+-- rows are inserted, which is the array's (ORDER BY ordinality), so the caller pairs
+-- the ids, sorted, with its rows.
+INSERT INTO schedule_jobs (schedule_id, generation, state, fire_time, notifications,
+                           trigger_state, properties, created_at, updated_at,
+                           deadline_at, next_check_at, launch_key, reason)
+SELECT v.schedule_id, v.generation, v.state, v.fire_time, v.notifications,
+       v.trigger_state, v.properties, v.created_at, v.updated_at, v.deadline_at,
+       v.next_check_at, v.launch_key, v.reason
+FROM ROWS FROM (json_to_recordset(CAST(%(rows)s AS json)) AS (
+  schedule_id bigint, generation int, state text, fire_time timestamptz,
+  notifications json, trigger_state json, properties json, created_at timestamptz,
+  updated_at timestamptz, deadline_at timestamptz, next_check_at timestamptz,
+  launch_key text, reason text)) WITH ORDINALITY AS v(
+  schedule_id, generation, state, fire_time, notifications, trigger_state, properties,
+  created_at, updated_at, deadline_at, next_check_at, launch_key, reason, ordinality)
+ORDER BY v.ordinality
+RETURNING id;
+
+
+-- name: schedule_jobs_update
+-- Schedule-jobs changed by an evaluation, if still pending (the API may have aborted
+-- one since it was read).
+UPDATE schedule_jobs AS j SET state = v.state, fire_time = v.fire_time,
+  notifications = v.notifications, trigger_state = v.trigger_state,
+  properties = v.properties, updated_at = v.updated_at, deadline_at = v.deadline_at,
+  next_check_at = v.next_check_at, launch_key = v.launch_key, reason = v.reason
+FROM json_to_recordset(CAST(%(rows)s AS json)) AS v(
+  id bigint, state text, fire_time timestamptz, notifications json, trigger_state json,
+  properties json, updated_at timestamptz, deadline_at timestamptz,
+  next_check_at timestamptz, launch_key text, reason text)
+WHERE j.id = v.id AND j.state IN ('PENDING_TRIGGER', 'PENDING_CONSTRAINTS');
+
+
+-- name: schedule_jobs_launched
+-- PENDING_LAUNCH -> LAUNCHED with the ids of their jobs; returns the ids moved (one
+-- aborted meanwhile stays ABORTED).
+UPDATE schedule_jobs AS j SET state = 'LAUNCHED', job_id = v.job_id, reason = NULL,
+  updated_at = CAST(%(now)s AS timestamptz)
+FROM json_to_recordset(CAST(%(rows)s AS json)) AS v(id bigint, job_id bigint)
+WHERE j.id = v.id AND j.state = 'PENDING_LAUNCH'
+RETURNING j.id;

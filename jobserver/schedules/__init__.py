@@ -11,5 +11,8 @@ writes are fenced like the engine's.
 
 The package: ``spec`` (what a user writes, validated), ``timing`` (fire times),
 ``triggers`` and ``constraints`` (pure evaluation), ``tables`` (the schema),
-``repository`` (the store side), ``evaluator`` (the loop), ``api`` and ``cli``.
+``records`` and ``catalog`` (what users change and read: ``store.schedules``),
+``store`` (the evaluator's side of the store), ``evaluator`` (the loop), ``api``
+with ``serialize`` and ``openapi`` (the HTTP routes); the command line is
+``jobserver.cli_schedules`` and ``jobserver.apply``.
 """

@@ -4,8 +4,9 @@ The life cycle is CDAP's. A schedule is created *disabled*. Enabling it starts i
 clock afresh (the time it spent disabled is not caught up). Disabling it aborts every
 schedule-job not yet launched (engine jobs already launched run on). An update is a
 delete and a create in one: the generation goes up, the evaluator's trigger state is
-reset and pending schedule-jobs are aborted, but the enabled flag stays. Deleting
-disables, then removes the schedule with its schedule-jobs, evaluations and watches.
+reset and pending schedule-jobs are aborted, but the enabled flag stays (an enabled
+schedule's time triggers count from the update). Deleting disables, then removes the
+schedule with its schedule-jobs, evaluations and watches.
 
 Every write is one transaction that first locks the schedule's row (``FOR UPDATE`` on
 PostgreSQL; SQLite's write transactions are serial anyway). The evaluator locks the
@@ -33,7 +34,7 @@ from jobserver.store import Transactions
 MAX_PAGE = 500
 CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
 #: The reasons recorded on schedule-jobs aborted by a user's action.
-DISABLED, UPDATED_REASON, DELETED = "schedule disabled", "schedule updated", "schedule deleted"
+DISABLED, UPDATED_REASON = "schedule disabled", "schedule updated"
 
 
 def utcnow() -> datetime:
@@ -43,9 +44,9 @@ def utcnow() -> datetime:
 
 class PutResult(NamedTuple):
     """What :meth:`ScheduleCatalog.put` did or, on a dry run, would do: the schedule
-    afterwards (None when a dry run would create it), ``created``, ``updated`` or
-    ``unchanged``, and the top-level spec fields that change (with ``enabled`` when
-    the flag changes)."""
+    after the put (on a dry run: as it is, None if it does not exist yet),
+    ``created``, ``updated`` or ``unchanged``, and the top-level spec fields that
+    change (with ``enabled`` when the flag changes)."""
 
     schedule: ScheduleRecord | None
     change: str
@@ -118,10 +119,11 @@ class ScheduleCatalog:
             return self._get(conn, row["id"])
 
     def delete(self, namespace: str, name: str) -> None:
-        """Disable, then remove the schedule and everything recorded about it."""
+        """Remove the schedule and everything recorded about it: its schedule-jobs,
+        pending ones included, evaluations and watches go with its row (ON DELETE
+        CASCADE), which amounts to disabling it first. Engine jobs it launched run on."""
         with self._tx.write() as conn:
-            row = self._locked(conn, namespace, name)
-            self._abort_pending(conn, row["id"], DELETED)
+            row = self._locked(conn, namespace, name)  # waits out an evaluator's round
             conn.execute(delete(schedules).where(schedules.c.id == row["id"]))
 
     # -- reads ------------------------------------------------------------------------
@@ -211,13 +213,15 @@ class ScheduleCatalog:
 
     def _replace(self, conn: Connection, row: RowMapping, spec: ScheduleSpec) -> None:
         """An update: a new generation with a fresh trigger state; pending
-        schedule-jobs of the old one are aborted."""
+        schedule-jobs of the old one are aborted. As for a new schedule, time
+        triggers count from now: the evaluator's cursors start at ``enabled_at``."""
         now = self._clock()
         self._abort_pending(conn, row["id"], UPDATED_REASON)
         conn.execute(update(schedules).where(schedules.c.id == row["id"]).values(
             generation=schedules.c.generation + 1, spec=spec.model_dump(mode="json"),
             spec_hash=spec_hash(spec), trigger_state={},
-            next_check_at=now if row["enabled"] else None, updated_at=now))
+            next_check_at=now if row["enabled"] else None, updated_at=now,
+            enabled_at=now if row["enabled"] else row["enabled_at"]))
         self._watch(conn, row["id"], spec)
 
     def _set_enabled(self, conn: Connection, schedule_id: int, enabled: bool) -> None:

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 
 from jobserver.config import SchedulesConfig
-from jobserver.exceptions import TRANSIENT, Conflict, FencedOff, InvalidRequest
+from jobserver.exceptions import TRANSIENT, FencedOff, InvalidRequest
 from jobserver.loops import Loop
 from jobserver.planner import PlannerSeat
 from jobserver.schedules.firing import (Facts, Outcome, check_time, constrain, notify,
@@ -41,12 +41,16 @@ from jobserver.schedules.timing import FireTimes
 from jobserver.schedules.triggers import JobEvent, Notification, matching_parts
 from jobserver.spec import JobSpec, Policy, validate_job
 from jobserver.store import Store
+from jobserver.store.jobs import KeyedSubmit
 from locks.base import Lease
 
 log = logging.getLogger(__name__)
 
 #: How often evaluation records older than the retention are deleted.
 PRUNE_EVERY = timedelta(minutes=10)
+#: How often the job-event feed's cursor moves to the head while no schedule watches
+#: job events; events older than a schedule's enabling never reach it anyway.
+FEED_SKIP_EVERY = timedelta(seconds=10)
 
 
 def utcnow() -> datetime:
@@ -80,6 +84,7 @@ class ScheduleEvaluator(Loop):
         self._specs: dict[tuple[int, int], ScheduleSpec] = {}
         self._fire_times: dict[tuple[int, int, str], FireTimes] = {}
         self._pruned_at: datetime | None = None
+        self._feed_skipped_at: datetime | None = None
 
     def stop(self) -> None:
         super().stop()
@@ -113,21 +118,39 @@ class ScheduleEvaluator(Loop):
 
     # -- one round ------------------------------------------------------------------------
     def evaluate(self, lease: Lease) -> datetime | None:
-        """One round under ``lease``; returns the earliest next fire or check time."""
+        """One round under ``lease``; returns the earliest next fire or check time.
+
+        It starts with one read of what is due, so that an idle round costs one read
+        transaction and no write (on SQLite a write would take the database's one
+        write lock from the engine's claims)."""
         key, fence = lease.key, lease.fence
         now = self._clock()
-        self._consume_feeds(key, fence, now)
-        while self._fire_due(key, fence, now) >= self._config.batch:
-            pass
-        while self._recheck_due(key, fence, now) >= self._config.batch:
-            pass
-        self._launch_all(key, fence)
+        work = self.store.overview()
+        changed = False
+        if work.watches_jobs or self.partition_feeds:
+            changed = self._consume_feeds(key, fence, now)
+        elif self._feed_skipped_at is None or now - self._feed_skipped_at >= FEED_SKIP_EVERY:
+            self._feed_skipped_at = now
+            with self.store.fenced(key, fence) as conn:
+                self.store.skip_feed(conn)  # nothing watches: a new watcher starts near now
+        if work.next_check is not None and work.next_check <= now:
+            while True:  # each batch's launches go out before the next batch is fired
+                fired = self._fire_due(key, fence, now)
+                self._launch_all(key, fence)
+                if fired < self._config.batch:
+                    break
+            while self._recheck_due(key, fence, now) >= self._config.batch:
+                pass
+            changed = True
+        if changed:
+            work = self.store.overview()
+        if work.launching:
+            self._launch_all(key, fence)
         self._prune(now)
-        next_due, pending = self.store.next_due()
         if self._metrics is not None:
             self._metrics.rounds.inc()
-            self._metrics.pending.set(pending)
-        return next_due
+            self._metrics.pending.set(work.pending)
+        return work.next_check
 
     def _fire_due(self, key: str, fence: int, now: datetime) -> int:
         """Time triggers of due schedules; returns how many schedules were due."""
@@ -142,7 +165,7 @@ class ScheduleEvaluator(Loop):
                 check = check_time(spec, due, now, outcome, functools.partial(self._times, due))
                 notify(spec, due, pending.get(due.id), check.notes, now, facts, outcome)
                 changes.append((due.id, check.trigger_state, check.next_check))
-            self.store.save_schedules(conn, changes, now)
+            self.store.save_schedules(conn, changes)
             self._save(conn, outcome, now)
         self._count(outcome)
         return len(dues)
@@ -163,9 +186,10 @@ class ScheduleEvaluator(Loop):
         self._count(outcome)
         return len(drafts)
 
-    def _consume_feeds(self, key: str, fence: int, now: datetime) -> None:
+    def _consume_feeds(self, key: str, fence: int, now: datetime) -> bool:
         """Job events (and new partitions) to the schedules that watch them, with
-        the feeds' cursors saved in the same fenced transaction."""
+        the feeds' cursors saved in the same fenced transaction; whether any
+        schedule-job changed."""
         outcome = Outcome()
         with self.store.fenced(key, fence) as conn:
             notes = self._job_notes(conn, now)
@@ -178,25 +202,25 @@ class ScheduleEvaluator(Loop):
                 self._deliver(conn, notes, now, outcome)
             self._save(conn, outcome, now)
         self._count(outcome)
+        return bool(outcome.drafts)
 
     def _job_notes(self, conn: Connection, now: datetime) -> dict[int, list[Any]]:
-        if not self.store.watches_jobs(conn):
-            self.store.skip_feed(conn)  # nothing to deliver; a new watcher starts now
-            return {}
         cursor, events = self.store.read_feed(conn, self._config.batch)
         if not events:
             return {}
         self.store.save_feed(conn, events[-1].cursor)
         launched_by = {event.id: schedule_of_key(event.idempotency_key) for event in events}
         names = self.store.schedule_names(conn, {s for s in launched_by.values() if s})
+        job_events = [(JobEvent(event.job_id, event.job_name, event.state,
+                                names.get(launched_by[event.id] or 0)), event.at)
+                      for event in events]
+        watching = self.store.watchers(conn, {target for job_event, _at in job_events
+                                              for target in _targets(job_event)})
         found: dict[int, list[Any]] = {}
-        for event in events:
-            schedule = names.get(launched_by[event.id] or 0)
-            job_event = JobEvent(event.job_id, event.job_name, event.state, schedule)
-            targets = {("job", event.job_name)} | ({("schedule", schedule)} if schedule else set())
-            for ids in self.store.watchers(conn, targets).values():
-                for schedule_id in ids:
-                    found.setdefault(schedule_id, []).append(("job", job_event))
+        for job_event, at in job_events:
+            for target in _targets(job_event):
+                for schedule_id in watching.get(target, []):
+                    found.setdefault(schedule_id, []).append(("job", (job_event, at)))
         return found
 
     def _deliver(self, conn: Connection, found: dict[int, list[Any]], now: datetime,
@@ -213,9 +237,12 @@ class ScheduleEvaluator(Loop):
                     notes += [Notification(part=path, kind="partition", at=now, count=count)
                               for path in _partition_parts(spec, dataset, due.namespace)]
                     continue
+                job_event, at = item
+                if at < due.enabled_at:
+                    continue  # it ended before the schedule was enabled
                 notes += [Notification(part=path, kind="job_status", at=now,
-                                       job_id=item.job_id, state=item.state)
-                          for path in matching_parts(spec.trigger, item, due.namespace)]
+                                       job_id=job_event.job_id, state=job_event.state)
+                          for path in matching_parts(spec.trigger, job_event, due.namespace)]
             notify(spec, due, pending.get(due.id), notes, now, facts, outcome)
 
     def _save(self, conn: Connection, outcome: Outcome, now: datetime) -> None:
@@ -224,20 +251,23 @@ class ScheduleEvaluator(Loop):
 
     # -- launches -------------------------------------------------------------------------
     def _launch_all(self, key: str, fence: int) -> None:
+        """Launch every schedule-job in PENDING_LAUNCH, a batch at a time: one bulk
+        idempotent submit, then one fenced transaction that records the outcome."""
         while True:
             launches = self.store.to_launch(self._config.batch)
-            done = [(launch, self._launch(launch)) for launch in launches]
-            if not done:
+            if not launches:
                 return
+            prepared = {launch.id: self._prepare(launch) for launch in launches}
+            keyed = [item for item in prepared.values() if isinstance(item, KeyedSubmit)]
+            job_ids = self._jobs.submit_keyed(keyed)
             now = self._clock()
             with self.store.fenced(key, fence) as conn:
-                for launch, result in done:
-                    self._settle(conn, launch, result, now)
+                self._settle(conn, launches, prepared, job_ids, now)
             if len(launches) < self._config.batch:
                 return
 
-    def _launch(self, launch: Launch) -> int | str:
-        """Submit the job of ``launch``; its id, or why it cannot be launched."""
+    def _prepare(self, launch: Launch) -> KeyedSubmit | str:
+        """The job ``launch`` submits, or why the node refuses its template."""
         template = dict(launch.spec["template"])
         template["params"] = {**template.get("params", {}),
                               **launch.spec.get("properties", {}), **launch.properties}
@@ -248,30 +278,37 @@ class ScheduleEvaluator(Loop):
             return f"template refused: {getattr(exc, 'message', exc)}"
         digest = hashlib.sha256(json.dumps(job.model_dump(mode="json"),
                                            sort_keys=True).encode()).hexdigest()
-        try:
-            record, _created = self._jobs.submit(job, dependencies, launch.launch_key, digest)
-        except Conflict as exc:  # the key's job exists with another body: it is launched
-            return int((exc.details or {}).get("job_id", 0)) or f"launch refused: {exc}"
-        return record.id
+        return KeyedSubmit(job, dependencies, launch.launch_key, digest)
 
-    def _settle(self, conn: Connection, launch: Launch, result: int | str,
+    def _settle(self, conn: Connection, launches: list[Launch],
+                prepared: dict[int, KeyedSubmit | str], job_ids: dict[str, int],
                 now: datetime) -> None:
-        if isinstance(result, str):
-            if self.store.abort_launch(conn, launch, result, now):
-                self._count(Outcome(aborted={"template": 1}))
-                self.store.record(conn, [Evaluation(launch.schedule_id, "aborted", result,
-                                                    fire_time=launch.fire_time)], now)
-            return
-        if not self.store.mark_launched(conn, launch, result, now):
-            return  # aborted meanwhile; the job it started is kept on the row
-        lag = (now - (launch.fire_time or launch.created_at)).total_seconds()
-        self.store.record(conn, [Evaluation(
-            launch.schedule_id, "launched", f"job {result} launched {lag:.3f} s after "
-            f"{'its fire time' if launch.fire_time else 'its trigger'}",
-            fire_time=launch.fire_time, details={"job_id": result, "lag_seconds": lag})], now)
+        rows, refused = [], 0
+        for launch in launches:
+            item = prepared[launch.id]
+            if isinstance(item, str) and self.store.abort_launch(conn, launch, item, now):
+                refused += 1
+                rows.append(Evaluation(launch.schedule_id, "aborted", item,
+                                       fire_time=launch.fire_time))
+        pairs = [(launch, job_ids[launch.launch_key]) for launch in launches
+                 if launch.launch_key in job_ids]
+        moved = self.store.mark_launched(conn, pairs, now)
+        lags = []
+        for launch, job_id in pairs:
+            if launch.id not in moved:
+                continue  # aborted meanwhile; the job it started is kept on the row
+            lag = (now - (launch.fire_time or launch.created_at)).total_seconds()
+            lags.append(lag)
+            rows.append(Evaluation(
+                launch.schedule_id, "launched", f"job {job_id} launched {lag:.3f} s after "
+                f"{'its fire time' if launch.fire_time else 'its trigger'}",
+                fire_time=launch.fire_time, details={"job_id": job_id, "lag_seconds": lag}))
+        self.store.record(conn, rows, now)
         if self._metrics is not None:
-            self._metrics.launched.inc()
-            self._metrics.lag.observe(max(0.0, lag))
+            self._count(Outcome(aborted={"template": refused} if refused else {}))
+            self._metrics.launched.inc(len(lags))
+            for lag in lags:
+                self._metrics.lag.observe(max(0.0, lag))
 
     # -- helpers --------------------------------------------------------------------------
     def _spec(self, due: Due) -> ScheduleSpec:
@@ -318,6 +355,12 @@ class ScheduleEvaluator(Loop):
         removed = self.store.prune(now - timedelta(seconds=self._config.evaluation_retention))
         if removed:
             log.info("removed %s schedule evaluation records past their retention", removed)
+
+
+def _targets(event: JobEvent) -> list[tuple[str, str]]:
+    """The watch targets a job event concerns: its job name, and the schedule that
+    launched it."""
+    return [("job", event.job_name)] + ([("schedule", event.schedule)] if event.schedule else [])
 
 
 def _partition_parts(spec: ScheduleSpec, dataset: str, namespace: str) -> list[str]:

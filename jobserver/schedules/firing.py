@@ -39,19 +39,18 @@ class Outcome:
     fired: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     aborted: dict[str, int] = field(default_factory=dict)
+    _tracked: set[int] = field(default_factory=set)  # id() of each draft in ``drafts``
+
+    def track(self, draft: Draft) -> None:
+        """Save ``draft`` with this outcome (once, however often it changes)."""
+        if id(draft) not in self._tracked:
+            self._tracked.add(id(draft))
+            self.drafts.append(draft)
 
     def skip(self, due: Due, fire_time: datetime, reason: str, why: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
         self.evaluations.append(Evaluation(due.id, "skipped", why, fire_time=fire_time,
                                            details={"reason": reason}))
-
-    def merge(self, other: Outcome) -> None:
-        self.drafts += other.drafts
-        self.evaluations += other.evaluations
-        self.fired += other.fired
-        for mine, theirs in ((self.skipped, other.skipped), (self.aborted, other.aborted)):
-            for reason, count in theirs.items():
-                mine[reason] = mine.get(reason, 0) + count
 
 
 @dataclass
@@ -124,9 +123,7 @@ def notify(spec: ScheduleSpec, due: Due, pending: Draft | None, notes: list[Noti
                             deadline_at=now + timedelta(seconds=spec.timeout),
                             fire_time=note.fire_time)
             pending.next_check_at = pending.deadline_at
-            outcome.drafts.append(pending)
-        elif pending not in outcome.drafts:
-            outcome.drafts.append(pending)
+        outcome.track(pending)
         pending.notifications.append(note.to_json())
         if pending.state != "PENDING_TRIGGER":
             continue  # it holds the notification; it does not start a second job
@@ -139,10 +136,8 @@ def notify(spec: ScheduleSpec, due: Due, pending: Draft | None, notes: list[Noti
         pending.state = "PENDING_CONSTRAINTS"
         pending.properties = fired_properties(spec.trigger, pending.trigger_state)
         outcome.fired += 1
-        outcome.evaluations.append(Evaluation(
-            due.id, "fired", f"{_part(note)}: {explain(spec.trigger, pending.trigger_state)}",
-            pending, pending.fire_time))
-        if constrain(spec, due, pending, now, facts, outcome):
+        fired = f"{_part(note)}: {explain(spec.trigger, pending.trigger_state)}"
+        if constrain(spec, due, pending, now, facts, outcome, fired):
             pending = None
     return pending
 
@@ -156,11 +151,12 @@ def _part(note: Notification) -> str:
 
 
 def constrain(spec: ScheduleSpec, due: Due, draft: Draft, now: datetime, facts: Facts,
-              outcome: Outcome) -> bool:
+              outcome: Outcome, fired: str | None = None) -> bool:
     """Check a PENDING_CONSTRAINTS schedule-job's constraints and deadline; True once
-    it left the pending states (to PENDING_LAUNCH or ABORTED)."""
-    if draft not in outcome.drafts:
-        outcome.drafts.append(draft)
+    it left the pending states (to PENDING_LAUNCH or ABORTED). ``fired``: why its
+    trigger fired, in this evaluation (recorded with the verdict when that is a
+    launch: one record per firing on the common path, not two)."""
+    outcome.track(draft)
     if now >= draft.deadline_at:
         return _abort(due, draft, "timeout", f"timeout: not launched within "
                       f"{spec.timeout:g} s of its creation", outcome)
@@ -173,6 +169,8 @@ def constrain(spec: ScheduleSpec, due: Due, draft: Draft, now: datetime, facts: 
     reasons = "; ".join(v.reason for v in verdicts) or "no run constraints"
     details = {"constraints": [{"constraint": v.constraint, "met": v.met,
                                 "action": v.action, "reason": v.reason} for v in verdicts]}
+    if fired is not None and decision != "launch":
+        outcome.evaluations.append(Evaluation(due.id, "fired", fired, draft, draft.fire_time))
     if decision == "abort":
         kind = next(v.constraint for v in verdicts if v.action == "abort")
         return _abort(due, draft, kind, reasons, outcome, details)
@@ -186,8 +184,9 @@ def constrain(spec: ScheduleSpec, due: Due, draft: Draft, now: datetime, facts: 
         return False
     draft.state, draft.next_check_at, draft.reason = "PENDING_LAUNCH", None, None
     draft.launch_key = launch_key(due, draft)
-    outcome.evaluations.append(Evaluation(due.id, "pending_launch", reasons, draft,
-                                          draft.fire_time, details))
+    outcome.evaluations.append(Evaluation(
+        due.id, "pending_launch" if fired is None else "fired",
+        reasons if fired is None else f"{fired}; {reasons}", draft, draft.fire_time, details))
     return True
 
 

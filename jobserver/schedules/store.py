@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 
 from jobserver.exceptions import FencedOff
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
@@ -90,6 +90,18 @@ class Evaluation:
     fire_time: datetime | None = None
     details: dict[str, Any] = field(default_factory=dict)
     next_check_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The evaluator's work at a glance: the earliest next check of an enabled
+    schedule or a pending schedule-job, how many are pending, whether any waits for
+    its launch and whether any schedule watches job events."""
+
+    next_check: datetime | None
+    pending: int
+    launching: bool
+    watches_jobs: bool
 
 
 @dataclass(frozen=True)
@@ -206,17 +218,20 @@ class EvaluatorStore:
             .order_by(jobs.c.id.desc()).limit(1)).first()
         return as_utc(row[0]) if row is not None else None
 
-    def next_due(self) -> tuple[datetime | None, int]:
-        """The earliest next check of an enabled schedule or a pending schedule-job,
-        and how many schedule-jobs are pending (trigger or constraints)."""
+    def overview(self) -> Overview:
+        """What the evaluator has to do, in one read transaction of index lookups."""
         with self._tx.read() as conn:
             first = conn.execute(select(func.min(schedules.c.next_check_at))
                                  .where(schedules.c.enabled)).scalar()
             pending, count = conn.execute(
                 select(func.min(schedule_jobs.c.next_check_at), func.count())
                 .where(schedule_jobs.c.state.in_(PENDING_STATES))).one()
+            launching = conn.execute(select(schedule_jobs.c.id).where(
+                schedule_jobs.c.state == "PENDING_LAUNCH").limit(1)).first() is not None
+            watching = self.watches_jobs(conn)
         times = [as_utc(t) for t in (first, pending) if t is not None]
-        return (min(times) if times else None), int(count)  # type: ignore[type-var]
+        return Overview(min(times) if times else None,  # type: ignore[type-var]
+                        int(count), launching, watching)
 
     def to_launch(self, limit: int) -> list[Launch]:
         with self._tx.read() as conn:
@@ -249,25 +264,34 @@ class EvaluatorStore:
     # -- writes (inside fenced()) -------------------------------------------------------
     @staticmethod
     def save_schedules(conn: Connection, changes: list[tuple[int, dict[str, Any],
-                                                             datetime | None]],
-                       now: datetime) -> None:
-        """Each schedule's new trigger state and next check time."""
-        for schedule_id, state, next_check in changes:
-            conn.execute(update(schedules).where(schedules.c.id == schedule_id)
-                         .values(trigger_state=state, next_check_at=next_check))
+                                                             datetime | None]]) -> None:
+        """Each schedule's new trigger state and next check time, in one batch."""
+        if changes:
+            conn.execute(update(schedules).where(schedules.c.id == bindparam("b_id"))
+                         .values(trigger_state=bindparam("b_state"),
+                                 next_check_at=bindparam("b_next")),
+                         [{"b_id": schedule_id, "b_state": state, "b_next": next_check}
+                          for schedule_id, state, next_check in changes])
 
     @staticmethod
     def save_drafts(conn: Connection, drafts: list[Draft], now: datetime) -> None:
-        """Insert new schedule-jobs and update the others (ids filled in)."""
-        for draft in drafts:
-            if draft.id is None:
-                draft.id = int(conn.execute(insert(schedule_jobs).values(
-                    **draft.columns(now)).returning(schedule_jobs.c.id)).scalar_one())
-            else:
-                conn.execute(update(schedule_jobs).where(
-                    schedule_jobs.c.id == draft.id,
-                    schedule_jobs.c.state.in_(PENDING_STATES))
-                    .values(**draft.columns(now)))
+        """Insert the new schedule-jobs (their ids filled in) and update the others
+        that are still pending (the API may have aborted one since it was read)."""
+        new = [draft for draft in drafts if draft.id is None]
+        old = [draft for draft in drafts if draft.id is not None]
+        if new:
+            ids = conn.execute(insert(schedule_jobs).returning(
+                schedule_jobs.c.id, sort_by_parameter_order=True),
+                [draft.columns(now) for draft in new]).scalars().all()
+            for draft, draft_id in zip(new, ids):
+                draft.id = int(draft_id)
+        if old:
+            conn.execute(update(schedule_jobs).where(
+                schedule_jobs.c.id == bindparam("b_id"),
+                schedule_jobs.c.state.in_(PENDING_STATES)).values(
+                {name: bindparam(f"b_{name}") for name in old[0].columns(now)}),
+                [{"b_id": draft.id, **{f"b_{name}": value for name, value
+                                       in draft.columns(now).items()}} for draft in old])
 
     @staticmethod
     def record(conn: Connection, rows: list[Evaluation], now: datetime) -> None:
@@ -281,16 +305,29 @@ class EvaluatorStore:
              "next_check_at": row.next_check_at} for row in rows])
 
     @staticmethod
-    def mark_launched(conn: Connection, launch: Launch, job_id: int, now: datetime) -> bool:
-        """PENDING_LAUNCH → LAUNCHED with its job; False (the job id still kept) when
-        the schedule-job was aborted meanwhile (disabled, updated, deleted)."""
-        moved = conn.execute(update(schedule_jobs).where(
-            schedule_jobs.c.id == launch.id, schedule_jobs.c.state == "PENDING_LAUNCH")
-            .values(state="LAUNCHED", job_id=job_id, reason=None, updated_at=now)).rowcount
-        if not moved:
-            conn.execute(update(schedule_jobs).where(schedule_jobs.c.id == launch.id)
-                         .values(job_id=job_id))
-        return bool(moved)
+    def mark_launched(conn: Connection, launched: list[tuple[Launch, int]],
+                      now: datetime) -> set[int]:
+        """PENDING_LAUNCH → LAUNCHED with their jobs; returns the schedule-job ids
+        moved. One aborted meanwhile (disabled, updated, deleted) stays ABORTED and
+        keeps the id of the job its launch made."""
+        if not launched:
+            return set()
+        conn.execute(update(schedule_jobs).where(
+            schedule_jobs.c.id == bindparam("b_id"),
+            schedule_jobs.c.state == "PENDING_LAUNCH")
+            .values(state="LAUNCHED", job_id=bindparam("b_job"), reason=None, updated_at=now),
+            [{"b_id": launch.id, "b_job": job_id} for launch, job_id in launched])
+        jobs_of = {launch.id: job_id for launch, job_id in launched}
+        rows = conn.execute(select(schedule_jobs.c.id, schedule_jobs.c.state,
+                                   schedule_jobs.c.job_id)
+                            .where(schedule_jobs.c.id.in_(list(jobs_of)))).all()
+        moved = {row.id for row in rows
+                 if row.state == "LAUNCHED" and row.job_id == jobs_of[row.id]}
+        for row in rows:
+            if row.id not in moved and row.job_id is None:
+                conn.execute(update(schedule_jobs).where(schedule_jobs.c.id == row.id)
+                             .values(job_id=jobs_of[row.id]))
+        return moved
 
     @staticmethod
     def abort_launch(conn: Connection, launch: Launch, reason: str, now: datetime) -> bool:

@@ -14,7 +14,7 @@ Everything here is pure: no store, no clock.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -44,11 +44,11 @@ class Notification:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict; datetimes as ISO 8601 strings."""
-        data = asdict(self)
-        for key in ("at", "fire_time"):
-            if data[key] is not None:
-                data[key] = data[key].isoformat()
-        return data
+        # Spelled out rather than dataclasses.asdict, which deep-copies every field:
+        # the evaluator turns one note per firing into JSON.
+        return {"part": self.part, "kind": self.kind, "at": self.at.isoformat(),
+                "fire_time": self.fire_time.isoformat() if self.fire_time else None,
+                "job_id": self.job_id, "state": self.state, "count": self.count}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Notification:

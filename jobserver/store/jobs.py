@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, case, func, insert, select, update
 
@@ -17,6 +17,16 @@ from jobserver.store.records import EventRecord, JobRecord, StepRecord
 from jobserver.store.tables import AuditEvent, events, jobs, record_events, steps
 
 MAX_PAGE = 500
+
+
+class KeyedSubmit(NamedTuple):
+    """One job of :meth:`JobRepository.submit_keyed`: its spec, its steps' resolved
+    dependencies, its idempotency key and its request's digest."""
+
+    spec: JobSpec
+    dependencies: list[list[str]]
+    key: str
+    digest: str | None
 
 
 class JobRepository:
@@ -67,6 +77,46 @@ class JobRepository:
         channel = WAKE_CHANNEL if self._tx.notifies else None
         with self._tx.statement() as conn:
             return pgsubmit.submit(conn, values, step_rows, channel), True
+
+    def submit_keyed(self, items: builtins.list[KeyedSubmit]) -> dict[str, int]:
+        """Insert many READY jobs, each under its own idempotency key, at once; returns
+        each key's job id. A key already used keeps its job, whatever its request:
+        the caller makes keys that name one request each (a planner's launch keys).
+
+        PostgreSQL: one statement (``submit_keyed``) and one wake-up for the batch;
+        SQLite: one transaction."""
+        if not items:
+            return {}
+        if self._tx.dialect != "postgresql":
+            return self._submit_keyed_sqlite(items)
+        rows = []
+        for item in items:
+            values, step_rows = _insert_values(item.spec, item.dependencies, item.key,
+                                               item.digest)
+            rows.append(dict(values, steps=step_rows))
+        channel = WAKE_CHANNEL if self._tx.notifies else None
+        with self._tx.statement() as conn:
+            created = pgsubmit.submit_keyed(conn, rows, channel)
+        missing = [item.key for item in items if item.key not in created]
+        if missing:
+            with self._tx.read() as conn:
+                created.update((key, job_id) for job_id, key in conn.execute(
+                    select(jobs.c.id, jobs.c.idempotency_key)
+                    .where(jobs.c.idempotency_key.in_(missing))).all())
+        return created
+
+    def _submit_keyed_sqlite(self, items: builtins.list[KeyedSubmit]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        with self._tx.write() as conn:
+            existing = dict(conn.execute(select(jobs.c.idempotency_key, jobs.c.id).where(
+                jobs.c.idempotency_key.in_([item.key for item in items]))).all())
+            for item in items:
+                if item.key in existing:
+                    found[item.key] = existing[item.key]
+                elif item.key not in found:
+                    found[item.key] = self._insert(conn, item.spec, item.dependencies,
+                                                   item.key, item.digest).id
+        return found
 
     @staticmethod
     def _by_idempotency_key(conn: Connection, key: str | None,

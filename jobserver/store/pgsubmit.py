@@ -48,3 +48,19 @@ def submit(conn: Connection, values: dict[str, Any], step_rows: list[dict[str, A
         job[name] = as_utc(job[name])
     steps = [step_from_json(item) for item in row[len(_JOB_NAMES)] or []]
     return JobRecord.from_row(job, steps=steps, steps_total=len(steps))
+
+
+def submit_keyed(conn: Connection, rows: list[dict[str, Any]],
+                 channel: str | None) -> dict[str, int]:
+    """Insert jobs (``rows``: their ``jobs`` columns, each with ``steps``) under their
+    idempotency keys, on an autocommit connection; returns ``{key: id}`` of the jobs
+    created (a key in use creates nothing)."""
+    document = json.dumps([dict(row, not_before=(row["not_before"].isoformat()
+                                                 if row["not_before"] else None))
+                           for row in rows])
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(query("submit_keyed"), {"jobs": document, "channel": channel})
+        return {key: int(job_id) for job_id, key, _woken in cursor.fetchall()}
+    finally:
+        cursor.close()

@@ -320,3 +320,45 @@ SELECT COALESCE(
 
 -- name: feed_head.sqlite
 SELECT 0, COALESCE(MAX(id), 0) FROM job_events;
+
+
+-- name: submit_keyed
+-- Many jobs, each under its own idempotency key, in one statement on an autocommit
+-- connection (%(jobs)s: a JSON array of the jobs' columns, each with its steps as a
+-- JSON array): the jobs, their steps, their first audit rows and one wake-up of idle
+-- schedulers (when %(channel)s is not NULL). A key that exists already creates
+-- nothing; the statement returns (id, idempotency_key) of the jobs it created, and
+-- the caller looks the others up.
+WITH v AS (
+  SELECT * FROM json_to_recordset(CAST(%(jobs)s AS json)) AS v(
+    name text, priority int, lock_key text, assigned_servers text, params json,
+    parallelism int, not_before timestamptz, idempotency_key text, request_hash text,
+    steps json)
+), job AS (
+  INSERT INTO jobs (name, state, priority, lock_key, assigned_servers, params, parallelism,
+                    not_before, idempotency_key, request_hash, fence, attempt, created_at,
+                    updated_at)
+  SELECT name, 'READY', priority, lock_key, assigned_servers, params, parallelism,
+         not_before, idempotency_key, request_hash, 0, 0, clock_timestamp(),
+         clock_timestamp()
+  FROM v
+  ON CONFLICT (idempotency_key) DO NOTHING
+  RETURNING id, idempotency_key
+), step AS (
+  INSERT INTO steps (job_id, position, name, type, spec, depends_on, retries,
+                     retry_backoff, retryable, state, attempt)
+  SELECT job.id, s.position, s.name, s.type, s.spec, s.depends_on, s.retries,
+         s.retry_backoff, s.retryable, 'READY', 0
+  FROM job JOIN v ON v.idempotency_key = job.idempotency_key
+  CROSS JOIN LATERAL json_to_recordset(v.steps) AS s(
+    position int, name text, type text, spec json, depends_on json, retries int,
+    retry_backoff float8, retryable boolean)
+), audit AS (
+  INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
+                          message, at)
+  SELECT id, NULL, NULL, 'READY', NULL, NULL, NULL, 'submitted', clock_timestamp() FROM job
+), wake AS (
+  SELECT pg_notify(%(channel)s, '') FROM job
+  WHERE CAST(%(channel)s AS text) IS NOT NULL LIMIT 1
+)
+SELECT job.id, job.idempotency_key, (SELECT count(*) FROM wake) FROM job;

@@ -291,3 +291,20 @@ def test_a_launch_retried_after_a_crash_makes_one_job(h: Harness, monkeypatch) -
     assert sj.state == "LAUNCHED" and sj.job_id == h.jobs()[0].id and len(h.jobs()) == 1
     with h.store.tx.read() as conn:
         assert conn.execute(select(func.count()).select_from(jobs)).scalar() == 1
+
+
+def test_job_status_of_another_schedules_runs(h: Harness) -> None:
+    upstream = h.add("upstream", {"type": "time", "interval": "1m"})
+    downstream = h.add("downstream", {"type": "job_status", "schedule": "upstream",
+                                      "states": ["SUCCEED", "ERROR"]})
+    h.round(seconds=1)
+    h.finish(h.submit("nightly"))  # the same job name, not upstream's run: no trigger
+    h.round(minutes=1)
+    assert h.schedule_jobs(downstream) == []
+    (launched,) = h.schedule_jobs(upstream)
+    h.finish(launched.job_id, State.ERROR)
+    h.round(minutes=1, seconds=1)
+    (fired,) = h.schedule_jobs(downstream)
+    assert fired.state == "LAUNCHED"
+    assert fired.notifications[0]["job_id"] == launched.job_id
+    assert fired.notifications[0]["state"] == "ERROR"

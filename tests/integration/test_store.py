@@ -338,3 +338,22 @@ def test_postgres_plans_each_statement_for_the_tables_as_they_are(
     pg_store: Store = request.getfixturevalue(session)
     with pg_store.tx.read() as conn:
         assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar() == "force_custom_plan"
+
+
+def test_submit_keyed_inserts_each_key_once(store: Store) -> None:
+    from jobserver.store.jobs import KeyedSubmit
+
+    def item(key: str, name: str = "keyed") -> KeyedSubmit:
+        spec = parse_job(json.dumps(job_spec(name=name, steps=[
+            {"name": "a", "type": "noop"}, {"name": "b", "type": "noop"}])))
+        return KeyedSubmit(spec, validate_job(spec, POLICY), key, "digest")
+
+    first = store.jobs.submit_keyed([item("k1"), item("k2")])
+    assert set(first) == {"k1", "k2"} and len(set(first.values())) == 2
+    again = store.jobs.submit_keyed([item("k2"), item("k3")])  # a retried batch
+    assert again["k2"] == first["k2"] and again["k3"] not in first.values()
+    job = store.jobs.get(again["k3"])
+    assert job.state is State.READY and [s.name for s in job.steps] == ["a", "b"]
+    assert [e.to_state for e in store.jobs.events(job.id)] == [State.READY]
+    with store.tx.read() as conn:
+        assert len(conn.execute(jobs.select()).all()) == 3

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, text
 
 from jobserver.planner import PLANNER_LOCK
 from jobserver.schedules.tables import schedule_jobs, schedules
@@ -33,6 +33,10 @@ TAKEOVER_SLACK = 10.0
 ALIVE_DEADLINE = 30.0
 #: Every fire time up to the cutoff is handled this long after the run at the latest.
 SETTLE_DEADLINE = 45.0
+#: Every other session of the database, with what it waits for and its statement.
+SESSIONS = ("SELECT pid, client_port, application_name, state, wait_event_type, wait_event, "
+            "now() - xact_start AS in_transaction, left(query, 160) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY pid")
 #: What a woken evaluator logs when it finds its lease superseded, and when the
 #: transaction it was stopped in was ended under it (idle_in_transaction timeout).
 FENCED_OFF_LOG = "schedule evaluation fenced off"
@@ -151,12 +155,25 @@ class ScheduleCluster:
             holder = self.evaluator()
             return holder if holder not in (None, outage.victim) else None
 
-        outage.successor = wait_for(successor, deadline, 0.05,
-                                    f"another node than {outage.victim} to evaluate schedules")
+        try:
+            outage.successor = wait_for(successor, deadline, 0.05, f"another node than "
+                                        f"{outage.victim} to evaluate schedules")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nsessions of the database:\n{self.sessions()}") \
+                from None
         outage.took_over = time.monotonic() - fault_at
         wait_for(lambda: self.launched_since(outage.began), deadline, 0.05,
                  f"{outage.successor} to launch jobs after the {outage.kind}")
         outage.resumed = time.monotonic() - fault_at
+
+    def sessions(self) -> str:
+        """What each session of the nodes' PostgreSQL database is doing (says why a
+        takeover is stuck)."""
+        if self.cluster.store.dialect != "postgresql":
+            return "(not PostgreSQL)"
+        with self.cluster.store.tx.read() as conn:
+            rows = conn.execute(text(SESSIONS)).all()
+        return "\n".join("  " + " | ".join(str(value) for value in row) for row in rows)
 
     def _restart(self, node_id: str) -> None:
         cluster = self.cluster

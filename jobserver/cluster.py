@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 from jobserver.client import Client
@@ -54,6 +55,17 @@ def describe_exit(index: int, code: int, log_dir: Path) -> str:
     """One line on a node that exited: its code, what the code means, where its log is."""
     meaning = EXIT_CODES.get(code, "killed by a signal" if code < 0 else "failed")
     return f"node-{index} exited with {code}: {meaning}; log: {log_dir}/node-{index}.log"
+
+
+#: The schedule ``make run`` puts in place beside the example jobs: a job every minute.
+DEMO_SCHEDULE: dict[str, Any] = {
+    "namespace": "demo", "name": "every-minute",
+    "description": "A demo: counts the words of a sentence every minute",
+    "trigger": {"type": "time", "cron": "* * * * *"},
+    "template": {"name": "demo-scheduled", "steps": [
+        {"name": "count", "type": "python", "callable": "demo.count_words",
+         "args": {"text": "the server starts this job on its own, every minute"}}]},
+}
 
 
 class LocalCluster:
@@ -98,10 +110,13 @@ class LocalCluster:
         raise JobServerError(f"the API did not answer on {self.url}; see {self.log_dir}")
 
     def submit_demo_jobs(self) -> list[int]:
+        """Submit the example jobs, and put the demo schedule (enabled) in place."""
         client = Client(self.url, self.token)
         ids = []
         for path in sorted(EXAMPLES.glob("*.json")):
             ids.append(client.submit(path.read_bytes())["id"])
+        client.put_schedule(DEMO_SCHEDULE["namespace"], DEMO_SCHEDULE["name"],
+                            dict(DEMO_SCHEDULE, enabled=True))
         return ids
 
     def banner(self, demo_ids: list[int]) -> str:
@@ -111,6 +126,9 @@ class LocalCluster:
                  f"  logs:   {self.log_dir}/node-*.log"]
         if demo_ids:
             lines.append(f"  demo jobs submitted: {', '.join(map(str, demo_ids))}")
+            lines.append(f"  demo schedule: {DEMO_SCHEDULE['namespace']}/"
+                         f"{DEMO_SCHEDULE['name']} (every minute; .venv/bin/jobserver "
+                         f"schedules show {DEMO_SCHEDULE['namespace']}/{DEMO_SCHEDULE['name']})")
         lines += ["", "Watch the jobs:",
                   f"  export JOBSERVER_URL={self.url} JOBSERVER_TOKEN={self.token}",
                   "  .venv/bin/jobserver jobs",

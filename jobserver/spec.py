@@ -21,8 +21,9 @@ from jobserver.exceptions import InvalidRequest, MalformedRequest
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
 ServerId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:@-]{0,99}$")]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")]
-Arg = Annotated[str, StringConstraints(max_length=8192)]
-# PostgreSQL text columns cannot hold NUL; refuse it here rather than fail on insert.
+# PostgreSQL text cannot hold NUL; refuse it here rather than fail on insert. A step's
+# spec (argv, env, python args) reaches its row through a conversion to text.
+Arg = Annotated[str, StringConstraints(max_length=8192, pattern=r"^[^\x00]*$")]
 Text = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
 
 
@@ -52,6 +53,27 @@ def _capped_json(value: dict[str, Any]) -> dict[str, Any]:
 
 
 JsonObject = Annotated[dict[str, Any], AfterValidator(_capped_json)]
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether any string of ``value`` (dict keys included) holds a NUL character."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
+
+
+def _text_json(value: dict[str, Any]) -> dict[str, Any]:
+    if _has_nul(value):
+        raise ValueError("a NUL character (\\u0000) cannot be stored")
+    return value
+
+
+#: Free-form JSON stored in a step's spec, which PostgreSQL converts to text.
+StepJson = Annotated[JsonObject, AfterValidator(_text_json)]
 
 
 class _Strict(BaseModel):
@@ -88,7 +110,7 @@ class ShellStep(_StepBase):
 class PythonStep(_StepBase):
     type: Literal["python"]
     callable: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,200}$")]
-    args: JsonObject = Field(default_factory=dict)
+    args: StepJson = Field(default_factory=dict)
 
 
 StepSpec = Annotated[Union[NoopStep, SleepStep, ShellStep, PythonStep],

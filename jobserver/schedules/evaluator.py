@@ -29,14 +29,14 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 
 from jobserver.config import SchedulesConfig
-from jobserver.exceptions import TRANSIENT, FencedOff, InvalidRequest
+from jobserver.exceptions import TRANSIENT, FencedOff, InvalidRequest, TriggerError
 from jobserver.loops import Loop
 from jobserver.planner import PlannerSeat
 from jobserver.schedules.firing import (Facts, Outcome, check_time, constrain, notify,
                                         schedule_of_key)
 from jobserver.schedules.spec import (PartitionTrigger, ScheduleSpec, TimeTrigger, leaves,
                                      load_spec)
-from jobserver.schedules.store import Due, EvaluatorStore, Evaluation, Launch
+from jobserver.schedules.store import Draft, Due, EvaluatorStore, Evaluation, Launch
 from jobserver.schedules.timing import FireTimes
 from jobserver.schedules.triggers import JobEvent, Notification, matching_parts
 from jobserver.spec import JobSpec, Policy, validate_job
@@ -46,6 +46,11 @@ from locks.base import Lease
 
 log = logging.getLogger(__name__)
 
+#: A schedule that cannot be evaluated is tried again after this long.
+BROKEN_RETRY = timedelta(minutes=1)
+#: What makes one schedule unevaluable, not the evaluator: anything else ends the
+#: loop (a bug), and store outages are retried by the round.
+SCHEDULE_ERRORS = (TriggerError, ValueError)
 #: How often evaluation records older than the retention are deleted.
 PRUNE_EVERY = timedelta(minutes=10)
 #: How often the job-event feed's cursor moves to the head while no schedule watches
@@ -98,8 +103,11 @@ class ScheduleEvaluator(Loop):
                     continue
                 next_due = self.evaluate(lease)
             except FencedOff as exc:
+                # The lock backend has not told this node yet that its lease is gone;
+                # until it does, the seat hands out the same lease: wait, not spin.
                 log.warning("schedule evaluation fenced off: %s", exc)
                 self._seat.release()
+                self.stopping.wait(self._config.poll_interval)
                 continue
             except TRANSIENT as exc:
                 log.warning("schedule evaluation failed (%s: %s); will retry",
@@ -161,10 +169,15 @@ class ScheduleEvaluator(Loop):
             facts = self._facts(conn)
             changes = []
             for due in dues:
-                spec = self._spec(due)
-                check = check_time(spec, due, now, outcome, functools.partial(self._times, due))
-                notify(spec, due, pending.get(due.id), check.notes, now, facts, outcome)
-                changes.append((due.id, check.trigger_state, check.next_check))
+                def fire(part: Outcome, due: Due = due) -> datetime | None:
+                    spec = self._spec(due)
+                    check = check_time(spec, due, now, part, functools.partial(self._times, due))
+                    notify(spec, due, pending.get(due.id), check.notes, now, facts, part)
+                    changes.append((due.id, check.trigger_state, check.next_check))
+                    return check.next_check
+
+                if not self._guarded(due, now, outcome, fire):
+                    changes.append((due.id, due.trigger_state, now + BROKEN_RETRY))
             self.store.save_schedules(conn, changes)
             self._save(conn, outcome, now)
         self._count(outcome)
@@ -181,7 +194,10 @@ class ScheduleEvaluator(Loop):
                 due = dues.get(draft.schedule_id)
                 if due is None or due.generation != draft.generation:
                     continue  # the API aborts those of disabled or updated schedules
-                constrain(self._spec(due), due, draft, now, facts, outcome)
+                def recheck(part: Outcome, due: Due = due, draft: Draft = draft) -> None:
+                    constrain(self._spec(due), due, draft, now, facts, part)
+
+                self._guarded(due, now, outcome, recheck)
             self._save(conn, outcome, now)
         self._count(outcome)
         return len(drafts)
@@ -229,21 +245,49 @@ class ScheduleEvaluator(Loop):
         pending = self.store.pending_of(conn, [due.id for due in dues])
         facts = self._facts(conn)
         for due in dues:
-            spec = self._spec(due)
-            notes = []
-            for kind, item in found[due.id]:
-                if kind == "dataset":
-                    dataset, count = item
-                    notes += [Notification(part=path, kind="partition", at=now, count=count)
-                              for path in _partition_parts(spec, dataset, due.namespace)]
-                    continue
-                job_event, at = item
-                if at < due.enabled_at:
-                    continue  # it ended before the schedule was enabled
-                notes += [Notification(part=path, kind="job_status", at=now,
-                                       job_id=job_event.job_id, state=job_event.state)
-                          for path in matching_parts(spec.trigger, job_event, due.namespace)]
-            notify(spec, due, pending.get(due.id), notes, now, facts, outcome)
+            def deliver(part: Outcome, due: Due = due) -> None:
+                spec = self._spec(due)
+                notes = self._notes(spec, due, found[due.id], now)
+                notify(spec, due, pending.get(due.id), notes, now, facts, part)
+
+            self._guarded(due, now, outcome, deliver)
+
+    @staticmethod
+    def _notes(spec: ScheduleSpec, due: Due, items: list[Any],
+               now: datetime) -> list[Notification]:
+        """The notifications that job events and new partitions make for ``due``."""
+        notes = []
+        for kind, item in items:
+            if kind == "dataset":
+                dataset, count = item
+                notes += [Notification(part=path, kind="partition", at=now, count=count)
+                          for path in _partition_parts(spec, dataset, due.namespace)]
+                continue
+            job_event, at = item
+            if at < due.enabled_at:
+                continue  # it ended before the schedule was enabled
+            notes += [Notification(part=path, kind="job_status", at=now,
+                                   job_id=job_event.job_id, state=job_event.state)
+                      for path in matching_parts(spec.trigger, job_event, due.namespace)]
+        return notes
+
+    def _guarded(self, due: Due, now: datetime, outcome: Outcome,
+                 evaluate: Callable[[Outcome], object]) -> bool:
+        """Run one schedule's evaluation into ``outcome``; False if the schedule
+        itself is broken (a stored spec this version cannot read, a trigger whose fire
+        times run away), which is recorded as an ``error`` evaluation: one bad
+        schedule must not stop the others, nor take down each node that evaluates."""
+        part = Outcome()
+        try:
+            evaluate(part)
+        except SCHEDULE_ERRORS as exc:
+            log.error("schedule %s cannot be evaluated: %s", due.qualified, exc)
+            outcome.evaluations.append(Evaluation(
+                due.id, "error", f"cannot be evaluated: {type(exc).__name__}: {exc}",
+                next_check_at=now + BROKEN_RETRY))
+            return False
+        outcome.absorb(part)
+        return True
 
     def _save(self, conn: Connection, outcome: Outcome, now: datetime) -> None:
         self.store.save_drafts(conn, outcome.drafts, now)

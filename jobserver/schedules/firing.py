@@ -41,6 +41,16 @@ class Outcome:
     aborted: dict[str, int] = field(default_factory=dict)
     _tracked: set[int] = field(default_factory=set)  # id() of each draft in ``drafts``
 
+    def absorb(self, other: Outcome) -> None:
+        """Take ``other``'s changes (one schedule's, evaluated apart) into this one."""
+        for draft in other.drafts:
+            self.track(draft)
+        self.evaluations += other.evaluations
+        self.fired += other.fired
+        for mine, theirs in ((self.skipped, other.skipped), (self.aborted, other.aborted)):
+            for reason, count in theirs.items():
+                mine[reason] = mine.get(reason, 0) + count
+
     def track(self, draft: Draft) -> None:
         """Save ``draft`` with this outcome (once, however often it changes)."""
         if id(draft) not in self._tracked:

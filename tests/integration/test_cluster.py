@@ -101,6 +101,9 @@ def test_cluster_launcher_demo_end_to_end(harness: Harness, tmp_path: Path) -> N
         assert job["attempt"] == 1, job
     names = sorted(api.job(i)["name"] for i in demo_ids)
     assert names == ["demo-etl", "demo-hello", "demo-retry"]
+    schedule = api.get("/api/v1/schedules/demo/every-minute")  # the demo schedule
+    assert schedule["enabled"] is True and schedule["next_fire_time"], schedule
+    assert "demo schedule: demo/every-minute" in launcher.output()
 
     # A job submitted with nothing but urllib and the printed token.
     spec = {"name": "by-hand", "steps": [

@@ -308,3 +308,28 @@ def test_job_status_of_another_schedules_runs(h: Harness) -> None:
     assert fired.state == "LAUNCHED"
     assert fired.notifications[0]["job_id"] == launched.job_id
     assert fired.notifications[0]["state"] == "ERROR"
+
+
+def test_a_schedule_that_cannot_be_evaluated_does_not_stop_the_others(h: Harness) -> None:
+    broken = h.add("broken", {"type": "time", "interval": "1m"})
+    healthy = h.add("healthy", {"type": "time", "interval": "1m"})
+    with h.store.tx.write() as conn:  # a spec this version cannot read
+        conn.execute(schedules.update().where(schedules.c.id == broken).values(
+            spec={"name": "broken", "trigger": {"type": "sundial"}}))
+    h.round(minutes=1)
+    assert h.schedule_jobs(healthy)[0].state == "LAUNCHED"
+    (error,) = h.evaluations(broken, "error")
+    assert "cannot be evaluated" in error.reason
+    with h.store.tx.read() as conn:
+        assert conn.execute(select(schedules.c.next_check_at).where(
+            schedules.c.id == broken)).scalar() == T0 + timedelta(minutes=2)
+
+
+def test_evaluation_records_are_kept_for_the_retention_only(h: Harness) -> None:
+    sid = h.add("kept", {"type": "time", "interval": "1m"})
+    h.round(minutes=1)
+    with h.store.tx.write() as conn:
+        conn.execute(evaluations.update().values(at=T0 - timedelta(days=8)))
+    h.evaluator._pruned_at = None
+    h.round(minutes=2)  # the retention is 7 days by default
+    assert {e.at for e in h.evaluations(sid)} == {T0 + timedelta(minutes=2)}

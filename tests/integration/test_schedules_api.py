@@ -339,10 +339,12 @@ def test_scopes(api: Api) -> None:
 
 
 # -- the evaluator and the API serialise on the schedule's row (PostgreSQL) --------------
-def test_disable_waits_for_the_evaluators_lock_and_aborts_what_it_wrote(api: Api) -> None:
-    client, store = api
-    if store.dialect != "postgresql":
-        pytest.skip("SQLite's write transactions are serial by themselves")
+def test_disable_waits_for_the_evaluators_lock_and_aborts_what_it_wrote(
+        store_on_postgres: Store, tmp_path: Path) -> None:
+    """PostgreSQL only: SQLite's write transactions are serial by themselves."""
+    environ = {"JOBSERVER_DATA_DIR": str(tmp_path / "data"), "JOBSERVER_API__TOKENS": TOKEN}
+    store = store_on_postgres
+    client = create_app(load_config(environ=environ), store=store).test_client()
     schedule = create(client, enabled=True)
     disabled: list[Any] = []
     with store.engine.begin() as evaluator:  # an evaluator's round, holding the row

@@ -48,6 +48,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                                 "\n".join(lines)))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``soak`` tests run only when a ``-m`` expression names them (``-m soak``):
+    each takes minutes, more than a CI run can spend."""
+    if "soak" in (config.getoption("markexpr", "") or ""):
+        return
+    skipped = [item for item in items if item.get_closest_marker("soak") is not None]
+    if skipped:
+        config.hook.pytest_deselected(items=skipped)
+        items[:] = [item for item in items if item.get_closest_marker("soak") is None]
+
+
 def make_backend(request: pytest.FixtureRequest, lock: str,
                  zk_hosts: str | None = None) -> Backend:
     """``file``: SQLite in the cluster's data dir. ``postgres``/``zookeeper``: the

@@ -50,7 +50,7 @@ INTERVALS = (3.0, 8.0, 13.0, 18.0)
 SOAK_INTERVALS = (2.0, 3.0)
 #: Longer than any outage here: a ``catchup: all`` schedule skips nothing.
 CATCHUP_WINDOW = 600.0
-CI_SECONDS = 30.0
+CI_SECONDS = 24.0
 SOAK_SECONDS = 120.0
 #: Fire times this close to the end are not judged: the cluster stops around them.
 CUTOFF_MARGIN = 3.0

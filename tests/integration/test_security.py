@@ -44,7 +44,17 @@ ROUTE_SCOPES = {("get", "/api/v1/jobs"): "read", ("post", "/api/v1/jobs"): "subm
                 ("get", "/api/v1/jobs/1"): "read", ("get", "/api/v1/jobs/1/events"): "read",
                 ("get", "/api/v1/cluster"): "read", ("get", "/api/v1/openapi.json"): "read",
                 ("get", "/metrics"): "read",
-                **{("post", f"/api/v1/jobs/1/{action}"): "operate" for action in ACTIONS}}
+                **{("post", f"/api/v1/jobs/1/{action}"): "operate" for action in ACTIONS},
+                # A schedule submits jobs later: creating or changing one needs submit
+                # (and shell for shell templates); switching it needs operate.
+                ("get", "/api/v1/schedules"): "read", ("post", "/api/v1/schedules"): "submit",
+                ("get", "/api/v1/schedules/default/nightly"): "read",
+                ("put", "/api/v1/schedules/default/nightly"): "submit",
+                ("delete", "/api/v1/schedules/default/nightly"): "operate",
+                ("post", "/api/v1/schedules/default/nightly/enable"): "operate",
+                ("post", "/api/v1/schedules/default/nightly/disable"): "operate",
+                ("get", "/api/v1/schedules/default/nightly/jobs"): "read",
+                ("get", "/api/v1/schedules/default/nightly/evaluations"): "read"}
 
 
 def bearer(secret: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobserver import cli_tokens
+from jobserver import cli_schedules, cli_tokens
 from jobserver.config import CONFIG_ENV, Config, load_config
 from jobserver.exceptions import ConfigError, JobServerError
 from jobserver.logs import FORMATS, default_format, setup_logging
@@ -63,12 +63,21 @@ def _parser() -> argparse.ArgumentParser:
     for action in ("pause", "resume", "rerun", "discard"):
         command = sub.add_parser(action, help=f"{action} a job")
         command.add_argument("id", type=int)
+    apply = sub.add_parser("apply", help="create, update or delete the resources of a YAML "
+                                         "file (schedules); --dry-run shows what would change")
+    apply.add_argument("file", help="YAML documents with a kind each, or - for stdin")
+    apply.add_argument("--dry-run", action="store_true", help="change nothing")
     for command in sub.choices.values():
         if command.prog.split()[-1] in {"submit", "jobs", "job", "pause", "resume", "rerun",
-                                        "discard", "cluster"}:
-            command.add_argument("--url", default=os.environ.get("JOBSERVER_URL"))
-            command.add_argument("--token", default=os.environ.get("JOBSERVER_TOKEN"))
+                                        "discard", "cluster", "apply"}:
+            _client_options(command)
+    cli_schedules.add_parser(sub, _client_options)
     return parser
+
+
+def _client_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--url", default=os.environ.get("JOBSERVER_URL"))
+    command.add_argument("--token", default=os.environ.get("JOBSERVER_TOKEN"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,6 +185,12 @@ def _client_config(path: str | None) -> Config | None:
 
 def _client_command(args: argparse.Namespace) -> int:
     client = _client(args)
+    if args.command == "schedules":
+        return cli_schedules.run(args, client)
+    if args.command == "apply":
+        from jobserver.apply import run
+
+        return run(client, args.file, args.dry_run)
     if args.command == "submit":
         spec = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
         _print(client.submit(spec, args.idempotency_key))

@@ -32,7 +32,8 @@ class Client:
                 query: dict[str, Any] | None = None) -> dict[str, Any]:
         url = self.url + path
         if query:
-            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+            url += "?" + urllib.parse.urlencode({k: _query_value(v) for k, v in query.items()
+                                                 if v is not None})
         data = None if body is None else (body if isinstance(body, bytes)
                                           else json.dumps(body).encode())
         request = urllib.request.Request(url, data=data, method=method)
@@ -67,6 +68,34 @@ class Client:
     def operate(self, job_id: int, action: str) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/jobs/{job_id}/{action}")
 
+    # -- schedules ------------------------------------------------------------------------
+    def schedules(self, **query: Any) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/schedules", query=query)
+
+    def schedule(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.request("GET", _schedule_path(namespace, name))
+
+    def put_schedule(self, namespace: str, name: str, body: dict[str, Any],
+                     dry_run: bool = False) -> dict[str, Any]:
+        """Create or update to match ``body``: ``{"schedule", "change", "changed",
+        "dry_run"}``."""
+        return self.request("PUT", _schedule_path(namespace, name), body,
+                            query={"dry_run": dry_run})
+
+    def schedule_action(self, namespace: str, name: str, action: str) -> dict[str, Any]:
+        """``enable`` or ``disable``; returns the schedule."""
+        return self.request("POST", f"{_schedule_path(namespace, name)}/{action}")
+
+    def delete_schedule(self, namespace: str, name: str) -> None:
+        self.request("DELETE", _schedule_path(namespace, name))
+
+    def schedule_jobs(self, namespace: str, name: str, **query: Any) -> dict[str, Any]:
+        return self.request("GET", f"{_schedule_path(namespace, name)}/jobs", query=query)
+
+    def schedule_evaluations(self, namespace: str, name: str, **query: Any) -> dict[str, Any]:
+        return self.request("GET", f"{_schedule_path(namespace, name)}/evaluations",
+                            query=query)
+
     def cluster(self) -> dict[str, Any]:
         return self.request("GET", "/api/v1/cluster")
 
@@ -76,3 +105,13 @@ class Client:
             return True
         except JobServerError:
             return False
+
+
+def _query_value(value: Any) -> Any:
+    # The API reads booleans as true/false, not Python's True/False.
+    return ("true" if value else "false") if isinstance(value, bool) else value
+
+
+def _schedule_path(namespace: str, name: str) -> str:
+    quote = urllib.parse.quote
+    return f"/api/v1/schedules/{quote(namespace, safe='')}/{quote(name, safe='')}"

@@ -33,6 +33,16 @@ ENDPOINT_SCOPES: dict[str, str] = {
     "jobs.get_job": READ,
     "jobs.job_events": READ,
     "jobs.operate": OPERATE,
+    "schedules.list_schedules": READ,
+    "schedules.get_schedule": READ,
+    "schedules.schedule_jobs": READ,
+    "schedules.schedule_evaluations": READ,
+    # Creating or changing a schedule submits its template, shell steps included
+    # (checked like a job's: see check_step_types).
+    "schedules.create_schedule": SUBMIT,
+    "schedules.put_schedule": SUBMIT,
+    "schedules.operate_schedule": OPERATE,
+    "schedules.delete_schedule": OPERATE,
     "cluster.cluster": READ,
     "metrics.metrics": READ,
     "openapi.openapi_json": READ,

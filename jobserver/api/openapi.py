@@ -24,11 +24,11 @@ _nullable_str = {"type": ["string", "null"]}
 _time = {"type": ["string", "null"], "format": "date-time"}
 
 
-def _ref(name: str) -> dict[str, str]:
+def ref(name: str) -> dict[str, str]:
     return {"$ref": REF.format(model=name)}
 
 
-def _exact(properties: dict[str, Any], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+def exact(properties: dict[str, Any], optional: tuple[str, ...] = ()) -> dict[str, Any]:
     """An object with exactly these properties (all required but ``optional``), so that
     the schemathesis run in CI checks every response field, not just some."""
     return {"type": "object", "properties": properties,
@@ -36,7 +36,7 @@ def _exact(properties: dict[str, Any], optional: tuple[str, ...] = ()) -> dict[s
             "additionalProperties": False}
 
 
-STEP = _exact({
+STEP = exact({
     "name": {"type": "string"}, "type": {"type": "string"},
     "state": {"enum": STATES}, "depends_on": {"type": "array", "items": {"type": "string"}},
     "spec": {"type": "object"}, "retries": {"type": "integer"},
@@ -46,7 +46,7 @@ STEP = _exact({
     "wall_seconds": {"type": ["number", "null"]}, "cpu_seconds": {"type": ["number", "null"]},
     "peak_rss_kb": {"type": ["integer", "null"]}, "metrics": {"type": ["object", "null"]}})
 
-JOB = _exact({
+JOB = exact({
     "id": {"type": "integer"}, "name": {"type": "string"}, "state": {"enum": STATES},
     "priority": {"type": "integer"}, "lock_key": _nullable_str,
     "assigned_servers": {"type": ["array", "null"], "items": {"type": "string"}},
@@ -54,28 +54,28 @@ JOB = _exact({
     "node": _nullable_str, "fence": {"type": "integer"}, "attempt": {"type": "integer"},
     "error": _nullable_str, "created_at": _time, "updated_at": _time, "started_at": _time,
     "finished_at": _time,
-    "progress": _exact({"done": {"type": "integer"}, "total": {"type": "integer"}}),
-    "steps": {"type": "array", "items": _ref("Step")}},
+    "progress": exact({"done": {"type": "integer"}, "total": {"type": "integer"}}),
+    "steps": {"type": "array", "items": ref("Step")}},
     optional=("steps",))  # lists leave the steps out
 
-EVENT = _exact({
+EVENT = exact({
     "id": {"type": "integer"}, "step": _nullable_str, "from_state": _nullable_str,
     "to_state": {"type": "string"}, "node": _nullable_str,
     "fence": {"type": ["integer", "null"]}, "attempt": {"type": ["integer", "null"]},
     "message": _nullable_str, "at": _time})
 
-NODE = _exact({
+NODE = exact({
     "id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
     "mode": {"type": "string"}, "role": {"type": "string"}, "state": {"type": "string"},
     "alive": {"type": "boolean"}, "capacity": {"type": "integer"},
     "running": {"type": "integer"}, "started_at": _time, "heartbeat_at": _time,
     "heartbeat_age_seconds": {"type": "number"}})
 
-ERROR = _exact({"error": _exact({
+ERROR = exact({"error": exact({
     "code": {"type": "string"}, "message": {"type": "string"}, "details": {}})})
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+def json_response(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
@@ -85,7 +85,8 @@ _ERROR_TEXT = {
     401: "missing, unknown, revoked or expired token",
     403: "the token lacks the route's scope (details name it), or the 'shell' scope for "
          "a job with shell steps",
-    404: "no such job", 409: "conflict (illegal transition, idempotency key reuse)",
+    404: "no such job or schedule",
+    409: "conflict (illegal transition, idempotency key reuse, a schedule that exists)",
     413: "body larger than api.max_body_bytes", 422: "invalid request; details name the fields",
     429: "the token submits faster than api.submit_rate; retry after Retry-After seconds"}
 _ERROR_HEADERS = {
@@ -94,10 +95,10 @@ _ERROR_HEADERS = {
                           "schema": {"type": "string", "pattern": "^[1-9][0-9]*$"}}}}
 
 
-def _errors(*codes: int) -> dict[str, Any]:
+def errors(*codes: int) -> dict[str, Any]:
     responses = {}
     for code in sorted({401, 403, *codes}):  # every route but /healthz needs a token
-        responses[str(code)] = _json(_ref("Error"), _ERROR_TEXT[code])
+        responses[str(code)] = json_response(ref("Error"), _ERROR_TEXT[code])
         if code in _ERROR_HEADERS:
             responses[str(code)]["headers"] = _ERROR_HEADERS[code]
     return responses
@@ -114,7 +115,7 @@ def _job_links() -> dict[str, Any]:
 
 
 def _job_response(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
-    response = {**_json(_ref("Job"), description), "links": _job_links()}
+    response = {**json_response(ref("Job"), description), "links": _job_links()}
     if headers:
         response["headers"] = headers
     return response
@@ -125,7 +126,7 @@ def _job_id() -> dict[str, Any]:
             "schema": {"type": "integer", "minimum": 1}}
 
 
-def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+def query_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": schema}
 
 
@@ -137,14 +138,16 @@ def _paths() -> dict[str, Any]:
             "requestBody": {"required": False, "description": "nothing, or {}", "content": {
                 "application/json": {"schema": {"type": "object", "maxProperties": 0}}}},
             "responses": {"200": _job_response("the job after the change"),
-                          **_errors(404, 409, 413, 422)}}}
+                          **errors(404, 409, 413, 422)}}}
         for action in ("pause", "resume", "rerun", "discard")}
     return {
         "/healthz": {"get": {"summary": "Liveness", "operationId": "healthz", "security": [],
                              "responses": {
-                                 "200": _json(_exact({"status": {"const": "ok"}}), "healthy"),
-                                 "503": _json(_ref("Error"), "store unreachable, or the node "
-                                                              "is stopping after a failure")}}},
+                                 "200": json_response(exact({"status": {"const": "ok"}}),
+                                                      "healthy"),
+                                 "503": json_response(ref("Error"),
+                                                      "store unreachable, or the node "
+                                                      "is stopping after a failure")}}},
         "/api/v1/jobs": {
             "post": {"summary": "Submit a job (scope: submit; shell steps also: shell)",
                      "operationId": "submit_job",
@@ -154,7 +157,7 @@ def _paths() -> dict[str, Any]:
                                                 "maxLength": 200,
                                                 "pattern": "^[\\x21-\\x7e]{1,200}$"}}],
                      "requestBody": {"required": True, "content": {
-                         "application/json": {"schema": _ref("JobSpec")}}},
+                         "application/json": {"schema": ref("JobSpec")}}},
                      "responses": {
                          "201": _job_response("created", {"Location": {
                              "schema": _HEADER_TEXT, "required": True}}),
@@ -162,64 +165,73 @@ def _paths() -> dict[str, Any]:
                              "Location": {"schema": _HEADER_TEXT, "required": True},
                              "Idempotent-Replayed": {"schema": {"const": "true"},
                                                      "required": True}}),
-                         **_errors(400, 409, 413, 422, 429)}},
+                         **errors(400, 409, 413, 422, 429)}},
             "get": {"summary": "List jobs, newest first (scope: read)",
                     "operationId": "list_jobs",
-                    "parameters": [_query("state", {"enum": STATES}),
-                                   _query("name", {"type": "string", "maxLength": 200,
-                                                   "pattern": "^[^\\x00]*$"}),
-                                   _query("limit", {"type": "integer", "minimum": 1,
-                                                    "maximum": 500}),
-                                   _query("cursor", {"type": "string",
-                                                     "pattern": "^[1-9][0-9]{0,18}$"})],
-                    "responses": {"200": _json(_exact({
-                        "jobs": {"type": "array", "items": _ref("Job")},
+                    "parameters": [query_param("state", {"enum": STATES}),
+                                   query_param("name", {"type": "string", "maxLength": 200,
+                                                        "pattern": "^[^\\x00]*$"}),
+                                   query_param("limit", {"type": "integer", "minimum": 1,
+                                                         "maximum": 500}),
+                                   query_param("cursor", {"type": "string",
+                                                          "pattern": "^[1-9][0-9]{0,18}$"})],
+                    "responses": {"200": json_response(exact({
+                        "jobs": {"type": "array", "items": ref("Job")},
                         "next_cursor": _nullable_str}), "a page of jobs"),
-                        **_errors(422)}}},
+                        **errors(422)}}},
         "/api/v1/jobs/{job_id}": {"get": {
             "summary": "A job with its steps (scope: read)", "operationId": "get_job",
             "parameters": [_job_id()],
-            "responses": {"200": _job_response("the job"), **_errors(404)}}},
+            "responses": {"200": _job_response("the job"), **errors(404)}}},
         "/api/v1/jobs/{job_id}/events": {"get": {
             "summary": "The job's audit trail (scope: read)", "operationId": "job_events",
             "parameters": [_job_id()],
-            "responses": {"200": _json(_exact({
-                "events": {"type": "array", "items": _ref("Event")}}), "events, oldest first"),
-                **_errors(404)}}},
+            "responses": {"200": json_response(exact({
+                "events": {"type": "array", "items": ref("Event")}}), "events, oldest first"),
+                **errors(404)}}},
         **operations,
         "/api/v1/cluster": {"get": {
             "summary": "Mode, lock backend, nodes (scope: read)", "operationId": "cluster",
-            "responses": {"200": _json(_exact({
+            "responses": {"200": json_response(exact({
                 "mode": {"type": "string"}, "lock_backend": {"type": "string"},
-                "active": _nullable_str, "nodes": {"type": "array", "items": _ref("Node")},
+                "active": _nullable_str, "nodes": {"type": "array", "items": ref("Node")},
                 "jobs": {"type": "object", "propertyNames": {"enum": STATES},
                          "additionalProperties": {"type": "integer"}}}), "cluster state"),
-                **_errors()}}},
+                **errors()}}},
         "/metrics": {"get": {
             "summary": "Prometheus metrics of this node (scope: read)", "operationId": "metrics",
             "responses": {"200": {"description": "Prometheus text exposition",
                                   "content": {"text/plain": {"schema": {"type": "string"}}}},
-                          **_errors()}}},
+                          **errors()}}},
         "/api/v1/openapi.json": {"get": {
             "summary": "This document (scope: read)", "operationId": "openapi",
-            "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1"), **_errors()}}},
+            "responses": {"200": json_response({"type": "object"}, "OpenAPI 3.1"), **errors()}}},
     }
 
 
 @lru_cache(maxsize=1)
 def document() -> dict[str, Any]:
-    _, schemas = models_json_schema([(JobSpec, "validation")], ref_template=REF)
+    # Imported here: the schedules' part of the document is built from this module's
+    # helpers.
+    from jobserver.schedules import openapi as schedules
+    from jobserver.schedules.spec import ScheduleSpec
+
+    _, schemas = models_json_schema([(JobSpec, "validation"), (ScheduleSpec, "validation")],
+                                    ref_template=REF)
     components = dict(schemas.get("$defs", {}))
     components.update(Step=STEP, Job=JOB, Event=EVENT, Node=NODE, Error=ERROR)
+    components.update(schedules.schemas(components))
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobserver", "version": __version__},
-        "paths": _paths(),
+        "paths": {**_paths(), **schedules.paths()},
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (
                 "A token from api.tokens (every scope) or from `jobserver token create` "
-                "with scopes: read (GET routes), submit, shell (jobs with shell steps, "
-                "with submit), operate (pause, resume, rerun, discard), admin.")}}},
+                "with scopes: read (GET routes), submit (jobs; creating and updating "
+                "schedules), shell (jobs and schedule templates with shell steps, with "
+                "submit), operate (pause, resume, rerun, discard; enabling, disabling and "
+                "deleting schedules), admin.")}}},
         "security": [{"bearer": []}],
     }
 

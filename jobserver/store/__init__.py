@@ -2,8 +2,9 @@
 
 :class:`Store` owns the engine and hands out repositories by concern — ``jobs`` (what
 the API does), ``runs`` (what schedulers and runners do), ``servers`` (nodes and
-heartbeats), ``epochs`` (fence counters for lock backends) and ``tokens`` (API
-tokens).
+heartbeats), ``epochs`` (fence counters for lock backends), ``tokens`` (API
+tokens) and ``schedules`` (the schedule catalog users change, see
+:mod:`jobserver.schedules.catalog`).
 
 Every statement runs inside :class:`Transactions`, whose context managers raise
 :class:`~jobserver.exceptions.StoreError` (and its kinds, see
@@ -89,6 +90,7 @@ class Transactions:
 class Store:
     def __init__(self, url: str, pool_size: int = 5, notify: bool = True,
                  stall_timeout: float | None = None) -> None:
+        from jobserver.schedules.catalog import ScheduleCatalog
         from jobserver.store.epochs import EpochRepository
         from jobserver.store.jobs import JobRepository
         from jobserver.store.runs import RunRepository
@@ -103,6 +105,7 @@ class Store:
         self.servers = ServerRepository(self.tx)
         self.epochs = EpochRepository(self.tx)
         self.tokens = TokenRepository(self.tx)
+        self.schedules = ScheduleCatalog(self.tx)
 
     @property
     def dialect(self) -> str:

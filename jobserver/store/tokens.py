@@ -5,9 +5,9 @@ SHA-256 (see :class:`~jobserver.store.models.ApiTokenRow` for why a plain digest
 right hash here). Each token has scopes and an optional expiry:
 
 ``read``     every GET route (jobs, events, cluster, metrics, the OpenAPI document)
-``submit``   ``POST /api/v1/jobs``
-``shell``    in addition to ``submit``: jobs with ``shell`` steps
-``operate``  pause, resume, rerun, discard
+``submit``   ``POST /api/v1/jobs``; creating and updating schedules
+``shell``    in addition to ``submit``: jobs and schedule templates with ``shell`` steps
+``operate``  pause, resume, rerun, discard; enable, disable and delete schedules
 ``admin``    cluster operations (routes without a scope of their own need it)
 
 Tokens from the config (``api.tokens``) are not stored here and have every scope.

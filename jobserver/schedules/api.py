@@ -1,0 +1,198 @@
+"""Schedule routes: ``/api/v1/schedules`` and ``/api/v1/schedules/<namespace>/<name>``.
+
+A request body is a schedule spec (:class:`~jobserver.schedules.spec.ScheduleSpec`)
+with an optional ``enabled`` beside its fields. ``PUT`` makes the schedule match the
+body, creating or updating it (``?dry_run=true`` only says what would change); that is
+what ``jobserver apply`` sends. Scopes (``jobserver.api.auth``): reads need ``read``;
+create and update ``submit`` (and ``shell`` for a template with shell steps); enable,
+disable and delete ``operate``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from flask import Blueprint, g, request
+from flask.typing import ResponseReturnValue
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from jobserver.api import api
+from jobserver.api.auth import check_step_types
+from jobserver.exceptions import Forbidden, InvalidRequest, MalformedRequest
+from jobserver.schedules.catalog import CREATED, MAX_PAGE
+from jobserver.schedules.records import SCHEDULE_JOB_STATES
+from jobserver.schedules.serialize import evaluation_json, schedule_job_json, schedule_json
+from jobserver.schedules.spec import IDENT, ScheduleSpec, parse_schedule
+from jobserver.spec import field_path
+
+blueprint = Blueprint("schedules", __name__, url_prefix="/api/v1/schedules")
+
+SCHEDULE = "/<namespace>/<name>"
+MAX_ID = 2**63 - 1
+ID_CURSOR = r"^[1-9][0-9]{0,18}$"
+#: A page of schedules continues after "namespace/name".
+NAME_CURSOR = rf"^{IDENT}/{IDENT}$"
+
+Query = TypeVar("Query", bound=BaseModel)
+
+
+class _Query(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(default=50, ge=1, le=MAX_PAGE)
+
+
+class ListQuery(_Query):
+    namespace: str | None = Field(default=None, pattern=rf"^{IDENT}$")
+    enabled: bool | None = None
+    cursor: str | None = Field(default=None, pattern=NAME_CURSOR)
+
+
+class PutQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dry_run: bool = False
+
+
+class JobsQuery(_Query):
+    state: str | None = Field(default=None, pattern="^(" + "|".join(SCHEDULE_JOB_STATES) + ")$")
+    cursor: str | None = Field(default=None, pattern=ID_CURSOR)
+
+
+class EvaluationsQuery(_Query):
+    cursor: str | None = Field(default=None, pattern=ID_CURSOR)
+
+
+def _query(model: type[Query]) -> Query:
+    try:
+        return model.model_validate(request.args.to_dict())
+    except ValidationError as exc:
+        details = [{"field": field_path(e["loc"]),
+                    "message": "unknown query parameter" if e["type"] == "extra_forbidden"
+                    else e["msg"]} for e in exc.errors()]
+        raise InvalidRequest(f"{details[0]['field']}: {details[0]['message']}", details) from None
+
+
+def _body() -> dict[str, Any]:
+    """The request's JSON object (anything else is left to the spec's parser)."""
+    if not request.is_json:
+        raise InvalidRequest("Content-Type must be application/json",
+                             [{"field": "Content-Type", "message": "expected application/json"}])
+    try:
+        body = json.loads(request.get_data(cache=False))
+    except ValueError:  # also bytes that are not UTF-8
+        raise MalformedRequest("request body is not valid JSON",
+                               [{"field": "body", "message": "malformed JSON"}]) from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("body: expected a JSON object",
+                             [{"field": "body", "message": "expected a JSON object"}])
+    return body
+
+
+def _spec(body: dict[str, Any]) -> tuple[ScheduleSpec, bool | None]:
+    """Parse a body into a spec and its ``enabled``, checking that the caller may
+    submit the template."""
+    enabled = body.pop("enabled", None)
+    if enabled is not None and not isinstance(enabled, bool):
+        raise InvalidRequest("enabled: expected true or false",
+                             [{"field": "enabled", "message": "expected true or false"}])
+    spec = parse_schedule(body, api().policy)
+    try:
+        check_step_types(g.principal, spec.template)
+    except Forbidden as exc:
+        details = [{**item, "field": f"template.{item['field']}"} for item in exc.details]
+        raise Forbidden(f"template.{exc.message}", details) from None
+    return spec, enabled
+
+
+def _location(namespace: str, name: str) -> dict[str, str]:
+    return {"Location": f"/api/v1/schedules/{namespace}/{name}"}
+
+
+def _no_body(action: str) -> None:
+    if request.get_data(cache=False).strip() not in (b"", b"{}"):
+        raise InvalidRequest(f"{action} takes no request body",
+                             [{"field": "body", "message": "must be empty or {}"}])
+
+
+def _before(cursor: str | None) -> int | None:
+    return min(int(cursor), MAX_ID) if cursor else None
+
+
+@blueprint.get("")
+def list_schedules() -> ResponseReturnValue:
+    query = _query(ListQuery)
+    after = None
+    if query.cursor:
+        cursor_namespace, _, cursor_name = query.cursor.partition("/")
+        after = (cursor_namespace, cursor_name)
+    page, following = api().store.schedules.list(query.namespace, query.enabled,
+                                                 query.limit, after)
+    return {"schedules": [schedule_json(schedule) for schedule in page],
+            "next_cursor": "/".join(following) if following else None}
+
+
+@blueprint.post("")
+def create_schedule() -> ResponseReturnValue:
+    spec, enabled = _spec(_body())
+    schedule = api().store.schedules.create(spec, bool(enabled))
+    return schedule_json(schedule), 201, _location(schedule.namespace, schedule.name)
+
+
+@blueprint.get(SCHEDULE)
+def get_schedule(namespace: str, name: str) -> ResponseReturnValue:
+    return schedule_json(api().store.schedules.get(namespace, name))
+
+
+@blueprint.put(SCHEDULE)
+def put_schedule(namespace: str, name: str) -> ResponseReturnValue:
+    """Create or update the schedule to match the body; the body's namespace and name,
+    when given, must be the URL's."""
+    dry_run = _query(PutQuery).dry_run
+    body = _body()
+    for field, value in (("namespace", namespace), ("name", name)):
+        if body.setdefault(field, value) != value:
+            raise InvalidRequest(f"{field}: does not match the URL ({value!r})",
+                                 [{"field": field, "message": f"must be {value!r} as in "
+                                                            "the URL, or left out"}])
+    spec, enabled = _spec(body)
+    result = api().store.schedules.put(spec, enabled, dry_run)
+    reply = {"schedule": None if result.schedule is None else schedule_json(result.schedule),
+             "change": result.change, "changed": result.changed, "dry_run": dry_run}
+    created = result.change == CREATED and not dry_run
+    return reply, 201 if created else 200, _location(namespace, name)
+
+
+@blueprint.delete(SCHEDULE)
+def delete_schedule(namespace: str, name: str) -> ResponseReturnValue:
+    api().store.schedules.delete(namespace, name)
+    return "", 204
+
+
+@blueprint.post(f"{SCHEDULE}/<any(enable, disable):action>")
+def operate_schedule(namespace: str, name: str, action: str) -> ResponseReturnValue:
+    _no_body(action)
+    catalog = api().store.schedules
+    operation = catalog.enable if action == "enable" else catalog.disable
+    return schedule_json(operation(namespace, name))
+
+
+@blueprint.get(f"{SCHEDULE}/jobs")
+def schedule_jobs(namespace: str, name: str) -> ResponseReturnValue:
+    """The schedule's schedule-jobs, pending and launched, newest first."""
+    query = _query(JobsQuery)
+    page, following = api().store.schedules.schedule_jobs(
+        namespace, name, query.state, query.limit, _before(query.cursor))
+    return {"schedule_jobs": [schedule_job_json(job) for job in page],
+            "next_cursor": str(following) if following else None}
+
+
+@blueprint.get(f"{SCHEDULE}/evaluations")
+def schedule_evaluations(namespace: str, name: str) -> ResponseReturnValue:
+    """Why the schedule did or did not run, newest first."""
+    query = _query(EvaluationsQuery)
+    page, following = api().store.schedules.evaluations(
+        namespace, name, query.limit, _before(query.cursor))
+    return {"evaluations": [evaluation_json(item) for item in page],
+            "next_cursor": str(following) if following else None}

@@ -1,0 +1,311 @@
+"""What users do with schedules: create, update, enable, disable, delete and read.
+
+The life cycle is CDAP's. A schedule is created *disabled*. Enabling it starts its
+clock afresh (the time it spent disabled is not caught up). Disabling it aborts every
+schedule-job not yet launched (engine jobs already launched run on). An update is a
+delete and a create in one: the generation goes up, the evaluator's trigger state is
+reset and pending schedule-jobs are aborted, but the enabled flag stays. Deleting
+disables, then removes the schedule with its schedule-jobs, evaluations and watches.
+
+Every write is one transaction that first locks the schedule's row (``FOR UPDATE`` on
+PostgreSQL; SQLite's write transactions are serial anyway). The evaluator locks the
+same row before it changes a schedule's schedule-jobs, so the two never interleave:
+a schedule-job is either aborted here or moved on there, never both. Every abort is
+recorded as an evaluation with its reason.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+from sqlalchemy import Connection, RowMapping, and_, delete, insert, or_, select, update
+
+from jobserver.exceptions import Conflict, ConstraintViolation, NotFound
+from jobserver.schedules.records import (ABORTED, PENDING_STATES, EvaluationRecord,
+                                         ScheduleJobRecord, ScheduleRecord)
+from jobserver.schedules.spec import ScheduleSpec, spec_hash, watch_targets
+from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
+from jobserver.store import Transactions
+
+MAX_PAGE = 500
+CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
+#: The reasons recorded on schedule-jobs aborted by a user's action.
+DISABLED, UPDATED_REASON, DELETED = "schedule disabled", "schedule updated", "schedule deleted"
+
+
+def utcnow() -> datetime:
+    """The schedules' clock; the evaluator reads the same one."""
+    return datetime.now(timezone.utc)
+
+
+class PutResult(NamedTuple):
+    """What :meth:`ScheduleCatalog.put` did or, on a dry run, would do: the schedule
+    afterwards (None when a dry run would create it), ``created``, ``updated`` or
+    ``unchanged``, and the top-level spec fields that change (with ``enabled`` when
+    the flag changes)."""
+
+    schedule: ScheduleRecord | None
+    change: str
+    changed: builtins.list[str]
+
+
+class ScheduleCatalog:
+    def __init__(self, tx: Transactions, clock: Callable[[], datetime] = utcnow) -> None:
+        self._tx = tx
+        self._clock = clock
+
+    # -- writes -----------------------------------------------------------------------
+    def create(self, spec: ScheduleSpec, enabled: bool = False) -> ScheduleRecord:
+        """Store a new schedule (disabled unless ``enabled``); :class:`Conflict` if the
+        namespace already has one of that name."""
+        try:
+            with self._tx.write() as conn:
+                if self._lock(conn, spec.namespace, spec.name) is not None:
+                    raise _exists(spec)
+                schedule_id = self._insert(conn, spec, enabled)
+                return self._get(conn, schedule_id)
+        except ConstraintViolation:
+            raise _exists(spec) from None  # a concurrent create won the insert
+
+    def update(self, spec: ScheduleSpec) -> ScheduleRecord:
+        """Replace the spec of an existing schedule (see the module's docstring)."""
+        with self._tx.write() as conn:
+            row = self._locked(conn, spec.namespace, spec.name)
+            self._replace(conn, row, spec)
+            return self._get(conn, row["id"])
+
+    def put(self, spec: ScheduleSpec, enabled: bool | None = None,
+            dry_run: bool = False) -> PutResult:
+        """Create or update to match ``spec``, and enable or disable to match
+        ``enabled`` (None: keep the flag; a new schedule is then disabled). Nothing is
+        written when nothing changes, or on a ``dry_run``."""
+        document, digest = spec.model_dump(mode="json"), spec_hash(spec)
+        try:
+            with self._tx.read() if dry_run else self._tx.write() as conn:
+                row = self._lock(conn, spec.namespace, spec.name, not dry_run)
+                change, changed = _plan(row, document, digest, enabled)
+                if row is None and not dry_run:
+                    return PutResult(self._get(conn, self._insert(conn, spec, bool(enabled))),
+                                     change, changed)
+                if row is None or dry_run or change == UNCHANGED:
+                    return PutResult(None if row is None else self._get(conn, row["id"]),
+                                     change, changed)
+                if digest != row["spec_hash"]:
+                    self._replace(conn, row, spec)
+                if enabled is not None and enabled != row["enabled"]:
+                    self._set_enabled(conn, row["id"], enabled)
+                return PutResult(self._get(conn, row["id"]), change, changed)
+        except ConstraintViolation:
+            raise _exists(spec) from None
+
+    def enable(self, namespace: str, name: str) -> ScheduleRecord:
+        """Enable: time triggers count from now on. Enabling an enabled schedule
+        changes nothing."""
+        with self._tx.write() as conn:
+            row = self._locked(conn, namespace, name)
+            if not row["enabled"]:
+                self._set_enabled(conn, row["id"], True)
+            return self._get(conn, row["id"])
+
+    def disable(self, namespace: str, name: str) -> ScheduleRecord:
+        """Disable, aborting every schedule-job not yet launched."""
+        with self._tx.write() as conn:
+            row = self._locked(conn, namespace, name)
+            self._set_enabled(conn, row["id"], False)
+            return self._get(conn, row["id"])
+
+    def delete(self, namespace: str, name: str) -> None:
+        """Disable, then remove the schedule and everything recorded about it."""
+        with self._tx.write() as conn:
+            row = self._locked(conn, namespace, name)
+            self._abort_pending(conn, row["id"], DELETED)
+            conn.execute(delete(schedules).where(schedules.c.id == row["id"]))
+
+    # -- reads ------------------------------------------------------------------------
+    def get(self, namespace: str, name: str) -> ScheduleRecord:
+        """The schedule with its pending schedule-job; :class:`NotFound` if none."""
+        with self._tx.read() as conn:
+            return self._get(conn, self._locked(conn, namespace, name, lock=False)["id"])
+
+    def list(self, namespace: str | None = None, enabled: bool | None = None,
+             limit: int = 50, after: tuple[str, str] | None = None,
+             ) -> tuple[builtins.list[ScheduleRecord], tuple[str, str] | None]:
+        """Ordered by (namespace, name); returns the page and the ``after`` of the next
+        page (None on the last)."""
+        limit = max(1, min(limit, MAX_PAGE))
+        query = (select(schedules).order_by(schedules.c.namespace, schedules.c.name)
+                 .limit(limit + 1))
+        if namespace is not None:
+            query = query.where(schedules.c.namespace == namespace)
+        if enabled is not None:
+            query = query.where(schedules.c.enabled == enabled)
+        if after is not None:
+            query = query.where(or_(schedules.c.namespace > after[0],
+                                    and_(schedules.c.namespace == after[0],
+                                         schedules.c.name > after[1])))
+        with self._tx.read() as conn:
+            rows = conn.execute(query).mappings().all()
+            page = rows[:limit]
+            pending = self._pending(conn, [row["id"] for row in page])
+        records = [ScheduleRecord.from_row(row, pending.get(row["id"])) for row in page]
+        last = page[-1] if page else None
+        return records, ((last["namespace"], last["name"])
+                         if last is not None and len(rows) > limit else None)
+
+    def schedule_jobs(self, namespace: str, name: str, state: str | None = None,
+                      limit: int = 50, before_id: int | None = None,
+                      ) -> tuple[builtins.list[ScheduleJobRecord], int | None]:
+        """The schedule's schedule-jobs, newest first; returns the page and the
+        ``before_id`` of the next page (None on the last)."""
+        table = schedule_jobs
+        with self._tx.read() as conn:
+            schedule_id = self._locked(conn, namespace, name, lock=False)["id"]
+            query = select(table).where(table.c.schedule_id == schedule_id)
+            if state is not None:
+                query = query.where(table.c.state == state)
+            rows = _page(conn, query, table.c.id, limit, before_id)
+        return ([ScheduleJobRecord.from_row(row) for row in rows[:limit]],
+                _next_id(rows, limit))
+
+    def evaluations(self, namespace: str, name: str, limit: int = 50,
+                    before_id: int | None = None,
+                    ) -> tuple[builtins.list[EvaluationRecord], int | None]:
+        """The schedule's evaluations, newest first, paged like :meth:`schedule_jobs`."""
+        table = evaluations
+        with self._tx.read() as conn:
+            schedule_id = self._locked(conn, namespace, name, lock=False)["id"]
+            query = select(table).where(table.c.schedule_id == schedule_id)
+            rows = _page(conn, query, table.c.id, limit, before_id)
+        return [EvaluationRecord.from_row(row) for row in rows[:limit]], _next_id(rows, limit)
+
+    # -- inside a transaction -----------------------------------------------------------
+    def _lock(self, conn: Connection, namespace: str, name: str,
+              lock: bool = True) -> RowMapping | None:
+        query = select(schedules).where(schedules.c.namespace == namespace,
+                                        schedules.c.name == name)
+        if lock and self._tx.dialect == "postgresql":
+            query = query.with_for_update()
+        return conn.execute(query).mappings().first()
+
+    def _locked(self, conn: Connection, namespace: str, name: str,
+                lock: bool = True) -> RowMapping:
+        row = self._lock(conn, namespace, name, lock)
+        if row is None:
+            raise NotFound(f"schedule {namespace}/{name} does not exist",
+                           {"namespace": namespace, "name": name})
+        return row
+
+    def _insert(self, conn: Connection, spec: ScheduleSpec, enabled: bool) -> int:
+        now = self._clock()
+        schedule_id = conn.execute(insert(schedules).values(
+            namespace=spec.namespace, name=spec.name, generation=1,
+            spec=spec.model_dump(mode="json"), spec_hash=spec_hash(spec), enabled=enabled,
+            trigger_state={}, next_check_at=now if enabled else None, created_at=now,
+            updated_at=now, enabled_at=now if enabled else None,
+        ).returning(schedules.c.id)).scalar_one()
+        self._watch(conn, schedule_id, spec)
+        return int(schedule_id)
+
+    def _replace(self, conn: Connection, row: RowMapping, spec: ScheduleSpec) -> None:
+        """An update: a new generation with a fresh trigger state; pending
+        schedule-jobs of the old one are aborted."""
+        now = self._clock()
+        self._abort_pending(conn, row["id"], UPDATED_REASON)
+        conn.execute(update(schedules).where(schedules.c.id == row["id"]).values(
+            generation=schedules.c.generation + 1, spec=spec.model_dump(mode="json"),
+            spec_hash=spec_hash(spec), trigger_state={},
+            next_check_at=now if row["enabled"] else None, updated_at=now))
+        self._watch(conn, row["id"], spec)
+
+    def _set_enabled(self, conn: Connection, schedule_id: int, enabled: bool) -> None:
+        """Enable (a fresh trigger state: the disabled period is not caught up) or
+        disable (abort what is pending; nothing is checked until enabled again)."""
+        now = self._clock()
+        values: dict[str, Any] = {"enabled": enabled, "updated_at": now}
+        if enabled:
+            values.update(enabled_at=now, trigger_state={}, next_check_at=now)
+        else:
+            values.update(next_check_at=None)
+            self._abort_pending(conn, schedule_id, DISABLED)
+        conn.execute(update(schedules).where(schedules.c.id == schedule_id).values(**values))
+
+    def _abort_pending(self, conn: Connection, schedule_id: int, reason: str) -> int:
+        """Abort every schedule-job of the schedule not yet launched, each recorded
+        as an evaluation; returns how many. The caller holds the schedule's lock."""
+        table = schedule_jobs
+        rows = conn.execute(select(table.c.id, table.c.state, table.c.fire_time).where(
+            table.c.schedule_id == schedule_id, table.c.state.in_(PENDING_STATES))).all()
+        if not rows:
+            return 0
+        now = self._clock()
+        conn.execute(update(table).where(table.c.id.in_([row.id for row in rows]))
+                     .values(state=ABORTED, reason=reason, next_check_at=None,
+                             updated_at=now))
+        conn.execute(insert(evaluations), [
+            {"schedule_id": schedule_id, "schedule_job_id": row.id, "at": now,
+             "outcome": "aborted", "fire_time": row.fire_time, "reason": reason,
+             "details": {"from_state": row.state}, "next_check_at": None}
+            for row in rows])
+        return len(rows)
+
+    @staticmethod
+    def _watch(conn: Connection, schedule_id: int, spec: ScheduleSpec) -> None:
+        conn.execute(delete(watches).where(watches.c.schedule_id == schedule_id))
+        targets = sorted(watch_targets(spec))
+        if targets:
+            conn.execute(insert(watches), [{"schedule_id": schedule_id, "kind": kind,
+                                            "target": target} for kind, target in targets])
+
+    def _get(self, conn: Connection, schedule_id: int) -> ScheduleRecord:
+        row = conn.execute(select(schedules).where(schedules.c.id == schedule_id)
+                           ).mappings().one()
+        return ScheduleRecord.from_row(row, self._pending(conn, [schedule_id]).get(schedule_id))
+
+    @staticmethod
+    def _pending(conn: Connection,
+                 schedule_ids: builtins.list[int]) -> dict[int, ScheduleJobRecord]:
+        """Each schedule's newest schedule-job not yet launched nor aborted."""
+        if not schedule_ids:
+            return {}
+        rows = conn.execute(select(schedule_jobs).where(
+            schedule_jobs.c.schedule_id.in_(schedule_ids),
+            schedule_jobs.c.state.in_(PENDING_STATES)).order_by(schedule_jobs.c.id)
+        ).mappings().all()
+        return {row["schedule_id"]: ScheduleJobRecord.from_row(row) for row in rows}
+
+
+def _exists(spec: ScheduleSpec) -> Conflict:
+    return Conflict(f"schedule {spec.namespace}/{spec.name} already exists",
+                    {"field": "name", "namespace": spec.namespace, "name": spec.name})
+
+
+def _plan(row: RowMapping | None, document: dict[str, Any], digest: str,
+          enabled: bool | None) -> tuple[str, builtins.list[str]]:
+    """What a put changes: ``(change, changed top-level fields)``."""
+    if row is None:
+        return CREATED, []
+    changed: builtins.list[str] = []
+    if digest != row["spec_hash"]:
+        old = row["spec"]
+        changed = [key for key in {**document, **old} if document.get(key) != old.get(key)]
+        changed = changed or ["spec"]  # equal JSON, different digest: still a new spec
+    if enabled is not None and enabled != bool(row["enabled"]):
+        changed.append("enabled")
+    return (UPDATED if changed else UNCHANGED), changed
+
+
+def _page(conn: Connection, query: Any, id_column: Any, limit: int,
+          before_id: int | None) -> builtins.list[RowMapping]:
+    """Up to ``limit`` + 1 rows, newest first (the extra one tells that more follow)."""
+    limit = max(1, min(limit, MAX_PAGE))
+    if before_id is not None:
+        query = query.where(id_column < before_id)
+    return list(conn.execute(query.order_by(id_column.desc()).limit(limit + 1)).mappings())
+
+
+def _next_id(rows: builtins.list[RowMapping], limit: int) -> int | None:
+    limit = max(1, min(limit, MAX_PAGE))
+    return int(rows[limit - 1]["id"]) if len(rows) > limit else None

@@ -162,9 +162,11 @@ def resources(documents: list[Any]) -> tuple[list[tuple[int, Resource]], list[Pr
 
 
 def apply_documents(client: Client, documents: list[Any], dry_run: bool = False,
-                    out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+                    out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Check every document with a dry run, then (unless ``dry_run``) apply them in
-    order; print one line per resource. Returns the exit code."""
+    order; print one line per resource (to ``out``, refusals to ``err``; by default
+    standard output and error). Returns the exit code."""
+    out, err = out or sys.stdout, err or sys.stderr
     found, problems = resources(documents)
     plans: list[tuple[Resource, Outcome]] = []
     for index, resource in found:
@@ -181,8 +183,8 @@ def apply_documents(client: Client, documents: list[Any], dry_run: bool = False,
     failed = False
     for resource, plan in plans:
         try:
-            outcome = plan if dry_run or plan.change == UNCHANGED else resource.apply(client,
-                                                                                     False)
+            done = dry_run or plan.change == UNCHANGED
+            outcome = plan if done else resource.apply(client, dry_run=False)
         except ApiError as exc:  # changed on the server since the dry run
             print(f"{resource.label}: refused: {exc.message}", file=err)
             failed = True

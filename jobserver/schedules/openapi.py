@@ -50,8 +50,13 @@ def schemas(components: dict[str, Any]) -> dict[str, Any]:
     request["properties"]["enabled"] = {
         "type": "boolean", "description": "enable or disable the schedule as well; a new "
                                           "schedule is disabled unless this is true"}
+    put = copy.deepcopy(request)
+    put["required"] = [name for name in put.get("required", [])
+                       if name not in ("namespace", "name")]
+    put["description"] = ("namespace and name default to the URL's; when given, they must "
+                          "be the URL's")
     return {"Schedule": SCHEDULE, "ScheduleJob": SCHEDULE_JOB, "Evaluation": EVALUATION,
-            "PutResult": PUT_RESULT, "ScheduleRequest": request}
+            "PutResult": PUT_RESULT, "ScheduleRequest": request, "SchedulePut": put}
 
 
 def _path_params() -> list[dict[str, Any]]:
@@ -78,9 +83,16 @@ def _schedule(description: str, with_location: bool = False) -> dict[str, Any]:
     return response
 
 
-def _body() -> dict[str, Any]:
-    return {"required": True, "content": {
-        "application/json": {"schema": ref("ScheduleRequest")}}}
+#: A schedule as a request body; a PUT's namespace and name come from the URL.
+EXAMPLE = {"template": {"name": "report", "steps": [{"name": "build", "type": "noop"}]},
+           "trigger": {"type": "time", "cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+           "constraints": [{"type": "concurrency", "limit": 1}]}
+
+
+def _body(schema: str = "ScheduleRequest") -> dict[str, Any]:
+    example = EXAMPLE if schema == "SchedulePut" else {"name": "nightly-report", **EXAMPLE}
+    return {"required": True, "content": {"application/json": {
+        "schema": ref(schema), "example": example}}}
 
 
 def _action(action: str) -> dict[str, Any]:
@@ -107,7 +119,7 @@ def _one() -> dict[str, Any]:
                            "shell steps in the template also: shell)",
                 "operationId": "put_schedule",
                 "parameters": _path_params() + [query_param("dry_run", {"type": "boolean"})],
-                "requestBody": _body(),
+                "requestBody": _body("SchedulePut"),
                 "responses": {
                     "201": json_response(ref("PutResult"), "created"),
                     "200": json_response(ref("PutResult"), "updated or unchanged, or what "

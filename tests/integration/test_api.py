@@ -75,7 +75,11 @@ def fields_of(error: dict[str, Any]) -> list[str]:
 ROUTES = [("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("get", "/api/v1/jobs/1"),
           ("get", "/api/v1/jobs/1/events"), ("get", "/api/v1/cluster"),
           ("get", "/api/v1/openapi.json"), ("get", "/metrics")] + [
-    ("post", f"/api/v1/jobs/1/{a}") for a in ACTIONS]
+    ("post", f"/api/v1/jobs/1/{a}") for a in ACTIONS] + [
+    ("get", "/api/v1/schedules"), ("post", "/api/v1/schedules")] + [
+    (m, "/api/v1/schedules/default/nightly") for m in ("get", "put", "delete")] + [
+    ("post", f"/api/v1/schedules/default/nightly/{a}") for a in ("enable", "disable")] + [
+    ("get", f"/api/v1/schedules/default/nightly/{r}") for r in ("jobs", "evaluations")]
 
 
 @pytest.mark.parametrize("method,path", ROUTES)
@@ -388,10 +392,13 @@ def test_openapi_documents_every_route_and_resolves_refs(api: Api) -> None:
     doc = client.get("/api/v1/openapi.json", headers=auth).get_json()
     assert doc["openapi"] == "3.1.0"
     assert {"JobSpec", "Job", "Error"} <= set(doc["components"]["schemas"])
-    expected = {(m, p.replace("/1", "/{job_id}")) for m, p in ROUTES} | {("get", "/healthz")}
+    expected = {(m, p.replace("/1", "/{job_id}").replace("/default/nightly",
+                                                          "/{namespace}/{name}"))
+                for m, p in ROUTES} | {("get", "/healthz")}
     served = set()  # every route the app really serves, in OpenAPI's spelling
     for rule in client.application.url_map.iter_rules():
         path = re.sub(r"<int[^>]*:job_id>", "{job_id}", rule.rule)
+        path = re.sub(r"<(namespace|name)>", r"{\1}", path)
         choices = re.search(r"<any\(([^)]*)\):action>", path)
         for option in choices.group(1).split(", ") if choices else [None]:
             served |= {(m.lower(), path.replace(choices.group(0), option) if option else path)

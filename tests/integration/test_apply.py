@@ -1,0 +1,160 @@
+"""``jobserver apply`` and ``jobserver schedules`` as a user runs them: ``main([...])``
+against a live API server (werkzeug, in a thread) over a real store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from werkzeug.serving import make_server
+
+from jobserver.api import create_app
+from jobserver.cli import main
+from jobserver.config import load_config
+from jobserver.schedules.tables import schedules
+from jobserver.store import Store
+
+TOKEN = "apply-token-0123456789abcdef"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "schedules.yaml"
+
+SCHEDULE = """\
+kind: Schedule
+name: {name}
+template:
+  name: etl
+  steps: [{{name: a, type: noop}}]
+trigger: {{type: time, cron: "{cron}", timezone: Europe/Berlin}}
+"""
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def url(store: Store, tmp_path: Path) -> Iterator[str]:
+    environ = {"JOBSERVER_DATA_DIR": str(tmp_path / "data"), "JOBSERVER_API__TOKENS": TOKEN}
+    server = make_server("127.0.0.1", 0, create_app(load_config(environ=environ), store=store),
+                         threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    thread.join(10)
+
+
+@pytest.fixture
+def run(url: str, capsys: pytest.CaptureFixture[str]) -> Run:
+    """``jobserver ARGS --url … --token …``: ``(exit code, stdout, stderr)``."""
+    def call(*args: str) -> tuple[int, str, str]:
+        code = main([*args, "--url", url, "--token", TOKEN])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+    return call
+
+
+def write(tmp_path: Path, *documents: str) -> str:
+    path = tmp_path / "schedules.yaml"
+    path.write_text("---\n".join(documents))
+    return str(path)
+
+
+def stored(store: Store) -> dict[str, tuple[bool, int]]:
+    """Each schedule's enabled flag and generation by ``namespace/name``."""
+    with store.tx.read() as conn:
+        return {f"{row.namespace}/{row.name}": (bool(row.enabled), row.generation)
+                for row in conn.execute(schedules.select())}
+
+
+def test_the_example_applies_and_a_second_apply_changes_nothing(run: Run,
+                                                                store: Store) -> None:
+    code, out, err = run("apply", str(EXAMPLE), "--dry-run")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == ["schedule default/nightly-extract: would create",
+                                "schedule default/daily-report: would create",
+                                "schedule default/hourly-compaction: would create"]
+    assert stored(store) == {}
+    code, out, err = run("apply", str(EXAMPLE))
+    assert (code, err) == (0, "")
+    assert [line.split(": ")[1] for line in out.splitlines()] == ["created"] * 3
+    assert stored(store) == {"default/nightly-extract": (True, 1),
+                             "default/daily-report": (True, 1),
+                             "default/hourly-compaction": (False, 1)}
+    code, out, err = run("apply", str(EXAMPLE))
+    assert (code, err) == (0, "")
+    assert [line.split(": ")[1] for line in out.splitlines()] == ["unchanged"] * 3
+
+
+def test_a_change_is_shown_then_applied(run: Run, store: Store, tmp_path: Path) -> None:
+    first = SCHEDULE.format(name="a", cron="0 1 * * *")
+    second = SCHEDULE.format(name="b", cron="0 2 * * *")
+    assert run("apply", write(tmp_path, first, second))[0] == 0
+    changed = write(tmp_path, first + "enabled: true\n",
+                    SCHEDULE.format(name="b", cron="0 3 * * *"))
+    code, out, _ = run("apply", changed, "--dry-run")
+    assert (code, out.splitlines()) == (0, ["schedule default/a: would update (enabled)",
+                                            "schedule default/b: would update (trigger)"])
+    assert stored(store) == {"default/a": (False, 1), "default/b": (False, 1)}
+    code, out, _ = run("apply", changed)
+    assert (code, out.splitlines()) == (0, ["schedule default/a: updated (enabled)",
+                                            "schedule default/b: updated (trigger)"])
+    assert stored(store) == {"default/a": (True, 1), "default/b": (False, 2)}
+
+
+def test_one_refused_document_applies_nothing(run: Run, store: Store, tmp_path: Path) -> None:
+    path = write(tmp_path, SCHEDULE.format(name="good", cron="0 1 * * *"),
+                 SCHEDULE.format(name="bad", cron="0 0 1 * * *"),
+                 "kind: Dataset\nname: raw\n", "just text\n",
+                 SCHEDULE.format(name="good", cron="0 2 * * *"),
+                 SCHEDULE.format(name="bad/name", cron="0 1 * * *"))
+    code, out, err = run("apply", path)
+    assert (code, out) == (1, "")
+    lines = err.splitlines()
+    assert lines[0].startswith("document 2 (schedule default/bad): refused: trigger.cron: ")
+    assert lines[1].startswith("  trigger.cron: 6 fields")
+    assert "document 3 (Dataset): refused: kind: unknown kind 'Dataset'" in err
+    assert "document 4 (?): refused: document: expected a mapping" in err
+    assert "document 5 (schedule default/good): refused: also in document 1" in err
+    assert "document 6 (Schedule): refused: name: " in err
+    assert lines[-1] == "nothing applied: 5 of 6 documents refused"
+    assert stored(store) == {}
+
+
+def test_deleted_documents(run: Run, store: Store, tmp_path: Path) -> None:
+    assert run("apply", write(tmp_path, SCHEDULE.format(name="old", cron="0 1 * * *")))[0] == 0
+    gone = write(tmp_path, "kind: Schedule\nname: old\ndeleted: true\n")
+    assert run("apply", gone, "--dry-run")[1] == "schedule default/old: would delete\n"
+    assert run("apply", gone)[1] == "schedule default/old: deleted\n"
+    assert stored(store) == {}
+    assert run("apply", gone)[1] == "schedule default/old: unchanged (absent)\n"
+
+
+def test_yaml_that_does_not_parse(run: Run, tmp_path: Path) -> None:
+    code, _, err = run("apply", write(tmp_path, "kind: [Schedule\n"))
+    assert code == 1 and "not valid YAML" in err
+
+
+def test_schedules_commands(run: Run, store: Store, tmp_path: Path) -> None:
+    documents = [SCHEDULE.format(name="a", cron="0 1 * * *"),
+                 "namespace: team\n" + SCHEDULE.format(name="b", cron="0 2 * * *")]
+    assert run("apply", write(tmp_path, *documents))[0] == 0
+    code, out, _ = run("schedules", "list")
+    rows = [line.split()[:4] for line in out.splitlines()]
+    assert (code, rows) == (0, [["SCHEDULE", "ENABLED", "GEN", "NEXT"],
+                                ["default/a", "no", "1", "-"], ["team/b", "no", "1", "-"]])
+    assert run("schedules", "enable", "a")[1] == "schedule default/a: enabled\n"
+    assert run("schedules", "list", "--enabled")[1].splitlines()[1].startswith("default/a")
+    code, out, _ = run("schedules", "show", "team/b")
+    assert code == 0 and '"name": "b"' in out and '"namespace": "team"' in out
+    assert run("schedules", "disable", "default/a")[1] == "schedule default/a: disabled\n"
+    assert run("schedules", "jobs", "a")[1] == "(no schedule-jobs)\n"
+    assert run("schedules", "evaluations", "a")[1] == "(no evaluations)\n"
+    assert run("schedules", "delete", "team/b")[1] == "schedule team/b: deleted\n"
+    code, _, err = run("schedules", "show", "team/b")
+    assert code == 1 and "schedule team/b does not exist" in err
+    assert set(stored(store)) == {"default/a"}
+
+
+def test_the_schedule_name_argument(run: Run) -> None:
+    code, _, err = run("schedules", "show", "a/b/c")
+    assert code == 2 and "is not NAMESPACE/NAME or NAME" in err

@@ -31,6 +31,8 @@ ROW_KEYS = {
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.long]
 
 
+# The schedules scenario waits for a minute boundary: up to a minute more than the rest.
+@pytest.mark.timeout(480)
 def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
     # pg_url proves a PostgreSQL server answers (or skips loudly / fails in CI).
     results = tmp_path / "results"

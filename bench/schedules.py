@@ -41,7 +41,8 @@ from bench.common import (Options, backend_pids, cpu_seconds, loadavg, log, perc
                           write_result)
 from bench.schedules_profile import evaluator_thread, print_profile, profile_firing
 from bench.schedules_store import (create_schedules, database_counters, evaluation_counts,
-                                   next_minute, outcomes, unsettled, wait_launched)
+                                   launched_count, next_minute, outcomes, unsettled,
+                                   wait_launched)
 from bench.stores import store_for
 
 #: (store, lock backend) of each node configuration measured.
@@ -55,6 +56,8 @@ LEAD = (30.0, 2.0)
 #: Seconds the node's first look at the new schedules gets before their first fire
 #: time: when the next minute boundary is nearer, creation waits until it has passed.
 SETTLE_GAP = (55.0, 8.0)
+#: The longest py-spy records (seconds).
+PROFILE_CAP = (300.0, 30.0)
 #: The issue's targets.
 TARGET_P99_S = 1.0
 TARGET_CORE_PCT = 10.0
@@ -169,23 +172,30 @@ def cpu_figures(before: Reading, after: Reading, fires: int) -> dict[str, Any]:
 
 
 def measure(opts: Options, url: str, pid: int, tid: int | None, count: int,
-            fire_times: list[float]) -> tuple[Reading, Reading, float]:
-    """Read the CPU around ``fire_times``, waiting for each one's launches; returns
-    both readings and the slowest firing's seconds."""
+            fire_times: list[float]) -> tuple[Reading, Reading]:
+    """Read the CPU around ``fire_times``, waiting for each one's launches."""
     lead = LEAD[1] if opts.smoke else LEAD[0]
     log(f"schedules: measuring fire times {time.strftime('%H:%M', time.gmtime(fire_times[0]))}"
         f" + {len(fire_times) - 1} min (UTC)")
     _sleep_until(fire_times[0] - lead)
     before = read_cpu(pid, tid, url)
-    slowest = at = 0.0
+    at = 0.0
     for fire in fire_times:
         done, at = wait_launched(url, fire, count, fire + 59.0)
-        slowest = max(slowest, at - fire)
         log(f"schedules: {done:,} of {count:,} launched for "
             f"{time.strftime('%H:%M', time.gmtime(fire))} within {at - fire:.1f} s")
     end = at + 1.0 if opts.smoke else max(at, fire_times[-1] + 60.0 - lead)
     _sleep_until(min(end, fire_times[-1] + 59.0))
-    return before, read_cpu(pid, tid, url), slowest
+    return before, read_cpu(pid, tid, url)
+
+
+def _profile(opts: Options, url: str, pid: int, count: int, label: str) -> dict[str, Any]:
+    """py-spy over the next fire time until it is launched (or ``PROFILE_CAP``: on an
+    evaluator that falls behind, a stretch of its steady state)."""
+    fire = next_minute(time.time() + 3)
+    return profile_firing(pid, fire, label + ("-smoke" if opts.smoke else ""),
+                          lambda: launched_count(url, fire) >= count,
+                          PROFILE_CAP[1] if opts.smoke else PROFILE_CAP[0])
 
 
 def run_config(opts: Options, store: str, lock: str, count: int,
@@ -203,15 +213,12 @@ def run_config(opts: Options, store: str, lock: str, count: int,
                 f"in {settle_s if settle_s is None else round(settle_s, 1)} s; evaluator "
                 f"thread {tid} ({found_by})")
             fire_times = [first + 60.0 * i for i in range(minutes)]
-            before, after, slowest = measure(opts, url, node.pid, tid, count, fire_times)
+            before, after = measure(opts, url, node.pid, tid, count, fire_times)
             load1 = loadavg()
-            spy = {}
-            if opts.profile:
-                spy = profile_firing(node.pid, next_minute(time.time() + 3),
-                                     min(55.0, max(8.0, slowest + 6.0)),
-                                     f"{store}-{lock}{'-smoke' if opts.smoke else ''}")
-        figures, per_fire, states = lag_figures(outcomes(url, fire_times), fire_times, count)
-        evaluations = evaluation_counts(url, fire_times)
+            found, evaluations = outcomes(url, fire_times), evaluation_counts(url, fire_times)
+            spy = _profile(opts, url, node.pid, count, f"{store}-{lock}") if opts.profile \
+                else {}
+        figures, per_fire, states = lag_figures(found, fire_times, count)
     row = {"store": store, "lock": lock, "schedules": count, "minutes": minutes, **figures,
            "skipped": evaluations.get("skipped", 0), "aborted": evaluations.get("aborted", 0),
            **cpu_figures(before, after, count * minutes), "create_s": round(create_s, 1),

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,19 @@ PY_SPY = Path(sys.executable).parent / "py-spy"
 PROFILE_DIR = RESULTS_DIR / "profiles"
 
 
-def evaluator_thread(pid: int, name: str = EVALUATOR) -> tuple[int | None, str]:
-    """The native id of ``pid``'s thread named ``name``, and how it was found."""
+def evaluator_thread(pid: int, name: str = EVALUATOR,
+                     timeout: float = 30.0) -> tuple[int | None, str]:
+    """The native id of ``pid``'s thread named ``name``, and how it was found; looked
+    for until ``timeout`` (a node starts its loops after it registers)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        tid, how = _find_thread(pid, name)
+        if tid is not None or time.monotonic() > deadline or not how.startswith("wait"):
+            return tid, how.removeprefix("wait: ")
+        time.sleep(1.0)
+
+
+def _find_thread(pid: int, name: str) -> tuple[int | None, str]:
     for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
         try:
             if (task / "comm").read_text().strip() == name:
@@ -43,7 +56,7 @@ def evaluator_thread(pid: int, name: str = EVALUATOR) -> tuple[int | None, str]:
     for thread in json.loads(proc.stdout):
         if thread.get("thread_name") == name and thread.get("os_thread_id"):
             return int(thread["os_thread_id"]), "py-spy dump"
-    return None, f"not found: no thread named {name!r}"
+    return None, f"wait: not found: no thread named {name!r}"
 
 
 def _sleep_until(wall: float) -> None:
@@ -51,25 +64,34 @@ def _sleep_until(wall: float) -> None:
         time.sleep(min(left, 1.0))
 
 
-def profile_firing(pid: int, fire_time: float, seconds: float, label: str) -> dict[str, Any]:
-    """``py-spy record`` of the node from 2 s before ``fire_time`` for ``seconds``, twice
-    at once: on-CPU samples (``cpu``) and every sample, waiting included (``wall``).
-    Returns each flavour's summary of the evaluator's thread."""
+def profile_firing(pid: int, fire_time: float, label: str, finished: Callable[[], bool],
+                   cap: float) -> dict[str, Any]:
+    """``py-spy record`` of the node from 2 s before ``fire_time`` until ``finished()``
+    (checked each second from the fire time on) or ``cap`` seconds, twice at once:
+    on-CPU samples (``cpu``) and every sample, waiting included (``wall``). Returns
+    each flavour's summary of the evaluator's thread."""
     if not PY_SPY.exists():
         return {"error": "py-spy is not installed (pip install -e '.[bench]')"}
     PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     _sleep_until(fire_time - 2)
+    started = time.time()
     running = {}
     for flavour, flags in (("cpu", []), ("wall", ["--idle"])):
         out = PROFILE_DIR / f"schedules-{label}-{flavour}.txt"
-        argv = [str(PY_SPY), "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "100",
+        argv = [str(PY_SPY), "record", "-p", str(pid), "-d", str(int(cap)), "-r", "100",
                 "-f", "raw", "--threads", "--nonblocking", "-o", str(out)] + flags
         running[flavour] = (subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.PIPE, text=True), out, argv)
-    results: dict[str, Any] = {}
+    _sleep_until(fire_time + 1)
+    while time.time() - started < cap and not finished():
+        time.sleep(1.0)
+    for proc, _, _ in running.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # py-spy writes what it has, then exits
+    results: dict[str, Any] = {"seconds": round(time.time() - started, 1)}
     for flavour, (proc, out, argv) in running.items():
-        _, err = proc.communicate(timeout=seconds + 60)
-        if proc.returncode != 0 or not out.exists():
+        _, err = proc.communicate(timeout=60)
+        if not out.exists():
             results[flavour] = {"error": err[-500:]}
             continue
         results[flavour] = summarise_thread(out, EVALUATOR)
@@ -131,6 +153,8 @@ def _short(frame: str) -> str:
 
 def print_profile(results: dict[str, Any], lines: int = 15) -> None:
     for flavour, summary in results.items():
+        if flavour == "seconds":
+            continue
         if not isinstance(summary, dict) or "functions" not in summary:
             print(f"py-spy {flavour}: {summary}")
             continue

@@ -186,10 +186,11 @@ def tree_pids(pid: int) -> list[int]:
     return found
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (0 if it is gone)."""
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """utime + stime of one process, or of its thread ``tid`` (0 if it is gone)."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        raw = Path(f"/proc/{pid}/stat" if tid is None
+                   else f"/proc/{pid}/task/{tid}/stat").read_text()
     except OSError:
         return 0.0
     fields = raw[raw.rindex(")") + 2:].split()

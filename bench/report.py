@@ -81,6 +81,11 @@ def render() -> str:
          ["store", "lock", "mode", "jobs", "jobs_per_s", "statements_per_job",
           "commits_per_job", "statement_ms_per_job", "commit_ms_per_job",
           "lock_queries_per_job"]),
+        ("schedules", "Schedules (cron, every minute, one node): fire time → launch",
+         ["store", "lock", "schedules", "minutes", "expected", "launched", "missing",
+          "duplicates", "skipped", "lag_p50_s", "lag_p90_s", "lag_p99_s", "lag_max_s",
+          "started_p99_s", "eval_cpu_s_per_min", "eval_core_pct", "node_core_pct",
+          "pg_cpu_s_per_min", "met"]),
     ]
     for name, title, columns in sections:
         data = _load(name)

@@ -4,6 +4,7 @@
     python -m bench --smoke               every scenario, tiny counts (~a few minutes)
     python -m bench --only throughput,latency
     python -m bench --only failover --trials 10
+    python -m bench --only schedules --schedules 2000 --minutes 2
 
 Each scenario prints a table and writes ``bench/results/<scenario>[-smoke].json``;
 ``summary`` puts our figures beside the issue's targets and the peers' ratios. Timing
@@ -24,7 +25,7 @@ from typing import Any
 from bench.common import RESULTS_DIR, Options, log, write_result
 
 SCENARIOS = ["floor", "throughput", "latency", "footprint", "failover", "backlog", "peers",
-             "profile"]
+             "profile", "schedules"]
 NEEDS_ZK = {"throughput", "failover", "profile"}
 
 
@@ -43,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--node-setting", action="append", default=[], metavar="KEY=VALUE",
                         help="throughput only: extra JOBSERVER_KEY=VALUE for the nodes, e.g. "
                         "SCHEDULER__MAX_CONCURRENT_JOBS=64 (results go to their own file)")
+    parser.add_argument("--schedules", type=int, help="schedules: how many cron schedules "
+                        "(default 10000)")
+    parser.add_argument("--minutes", type=int, help="schedules: minute boundaries measured "
+                        "(default 3)")
     parser.add_argument("--no-zookeeper", action="store_true")
     parser.add_argument("--no-profile", action="store_true", help="skip py-spy")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -131,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "profile":
                 from bench import profile
                 profile.run(opts, zk_hosts)
+            elif name == "schedules":
+                from bench import schedules
+                schedules.run(opts, args.schedules, args.minutes)
             log(f"--- {name} took {time.monotonic() - started:.0f} s")
         summary(opts)
     finally:
@@ -210,6 +218,7 @@ def summary(opts: Options) -> list[dict[str, Any]]:
         if row["state"] == "idle":
             add(f"idle node RSS MB ({row['store']})", row["node_rss_mb"], "<= 120",
                 row["node_rss_mb"] <= 120, api_rss_mb=row["api_rss_mb"])
+    _add_schedules(add, (_load("schedules", opts.smoke) or {}).get("rows", []))
     if rows:
         write_result("summary", opts, rows)
         if not opts.smoke:  # the figures RESULTS.md compares the next run against
@@ -222,6 +231,17 @@ def summary(opts: Options) -> list[dict[str, Any]]:
                                               "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
                                   + "\n")
     return rows
+
+
+def _add_schedules(add: Any, rows: list[dict[str, Any]]) -> None:
+    """The schedules scenario's targets: p99 fire-to-launch lag and evaluator CPU."""
+    for row in rows:
+        what = f"schedules {row['schedules']:,} cron, {row['store']}"
+        add(f"{what}: p99 lag s", row["lag_p99_s"], "<= 1", _le(row["lag_p99_s"], 1.0),
+            p50_s=row["lag_p50_s"], missing=row["missing"])
+        pct = row["eval_core_pct"]
+        add(f"{what}: evaluator % of a core", pct, "< 10",
+            None if pct is None else pct < 10)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -2,7 +2,7 @@
 
 A benchmark is not a test: nothing here asserts a timing. It runs ``python -m bench
 --smoke`` for the scenarios that need only PostgreSQL and SQLite (no ZooKeeper, no
-peers, no py-spy) with results in a temporary directory.
+peers, no py-spy profiles) with results in a temporary directory.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ["floor", "throughput", "latency", "footprint", "backlog", "profile"]
+SCENARIOS = ["floor", "throughput", "latency", "footprint", "backlog", "profile", "schedules"]
 ROW_KEYS = {
     "floor": {"clients", "tps"},
     "throughput": {"store", "lock", "mode", "nodes", "jobs", "done", "jobs_per_s"},
@@ -24,11 +24,15 @@ ROW_KEYS = {
     "footprint": {"store", "state", "node_rss_mb", "api_rss_mb"},
     "backlog": {"mix", "jobs_in_table", "claim_rate", "p50_ms"},
     "profile": {"store", "mode", "statements_per_job", "commits_per_job"},
+    "schedules": {"store", "schedules", "expected", "launched", "missing", "duplicates",
+                  "lag_p50_s", "lag_p99_s", "eval_core_pct", "node_core_pct"},
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.long]
 
 
+# The schedules scenario waits for a minute boundary: up to a minute more than the rest.
+@pytest.mark.timeout(480)
 def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
     # pg_url proves a PostgreSQL server answers (or skips loudly / fails in CI).
     results = tmp_path / "results"
@@ -36,7 +40,7 @@ def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--no-zookeeper", "--no-profile",
          "--only", ",".join(SCENARIOS)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for name in SCENARIOS:
         path = results / f"{name}-smoke.json"
@@ -53,4 +57,6 @@ def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
     assert all(row["errors"] == 0 for row in throughput)
     profile = json.loads((results / "profile-smoke.json").read_text())
     assert all(c["statements"] for c in profile["statement_detail"])
+    schedules = json.loads((results / "schedules-smoke.json").read_text())["rows"]
+    assert all(row["launched"] and row["duplicates"] == 0 for row in schedules)
     assert (results / "summary-smoke.json").exists()

@@ -40,9 +40,9 @@ from bench.cluster import Cluster
 from bench.common import (Options, backend_pids, cpu_seconds, loadavg, log, percentile,
                           write_result)
 from bench.schedules_profile import evaluator_thread, print_profile, profile_firing
-from bench.schedules_store import (create_schedules, database_counters, evaluation_counts,
-                                   launched_count, next_minute, outcomes, unsettled,
-                                   wait_launched)
+from bench.schedules_store import (create_after_boundary, database_counters,
+                                   evaluation_counts, launched_count, next_minute, outcomes,
+                                   unsettled, wait_launched)
 from bench.stores import store_for
 
 #: (store, lock backend) of each node configuration measured.
@@ -98,18 +98,6 @@ def _settle(url: str, deadline: float) -> float | None:
     return time.monotonic() - started
 
 
-def create_after_boundary(opts: Options, url: str, count: int) -> tuple[float, float]:
-    """Create the schedules early in a minute, so that the node's first look at them
-    (computing each one's next fire time) is done before their first fire time;
-    returns the seconds the creation took and that first fire time."""
-    gap = SETTLE_GAP[1] if opts.smoke else SETTLE_GAP[0]
-    boundary = next_minute(time.time())
-    if boundary - time.time() < gap:
-        _sleep_until(boundary + 1.0)
-    create_s = create_schedules(url, count)
-    return create_s, next_minute(time.time())
-
-
 def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -153,7 +141,7 @@ def lag_figures(found: list[dict[str, Any]], fire_times: list[float], count: int
     return figures, per_fire, states
 
 
-def cpu_figures(before: Reading, after: Reading, fires: int) -> dict[str, Any]:
+def cpu_figures(before: Reading, after: Reading, launched: int) -> dict[str, Any]:
     window = after.at - before.at
     per_minute = lambda a, b: None if a is None or b is None else round(  # noqa: E731
         (b - a) * 60.0 / window, 2)
@@ -166,7 +154,8 @@ def cpu_figures(before: Reading, after: Reading, fires: int) -> dict[str, Any]:
             "node_core_pct": None if node is None else round(node / 60 * 100, 1),
             "pg_cpu_s_per_min": per_minute(before.postgres, after.postgres)
             if after.counters else None,
-            "commits_per_fire": round(commits / fires, 2) if after.counters and fires
+            "commits": commits if after.counters else None,
+            "commits_per_launch": round(commits / launched, 2) if after.counters and launched
             else None,
             "window_s": round(window, 1)}
 
@@ -207,7 +196,8 @@ def run_config(opts: Options, store: str, lock: str, count: int,
             node = cluster.start("n1")
             cluster.wait_registered()
             tid, found_by = evaluator_thread(node.pid)
-            create_s, first = create_after_boundary(opts, url, count)
+            create_s, first = create_after_boundary(
+                url, count, SETTLE_GAP[1] if opts.smoke else SETTLE_GAP[0])
             settle_s = _settle(url, first - lead)
             log(f"schedules {store}: {count:,} created in {create_s:.1f} s, first looked at "
                 f"in {settle_s if settle_s is None else round(settle_s, 1)} s; evaluator "
@@ -221,7 +211,7 @@ def run_config(opts: Options, store: str, lock: str, count: int,
         figures, per_fire, states = lag_figures(found, fire_times, count)
     row = {"store": store, "lock": lock, "schedules": count, "minutes": minutes, **figures,
            "skipped": evaluations.get("skipped", 0), "aborted": evaluations.get("aborted", 0),
-           **cpu_figures(before, after, count * minutes), "create_s": round(create_s, 1),
+           **cpu_figures(before, after, figures["launched"]), "create_s": round(create_s, 1),
            "settle_s": None if settle_s is None else round(settle_s, 1), "load1": load1}
     row["met"] = _met(row)
     detail = {"per_fire_time": per_fire, "schedule_job_states": states,

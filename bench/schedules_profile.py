@@ -26,6 +26,8 @@ from bench.common import RESULTS_DIR, ROOT, log
 EVALUATOR = "schedules"
 PY_SPY = Path(sys.executable).parent / "py-spy"
 PROFILE_DIR = RESULTS_DIR / "profiles"
+#: The frames of every sample of the thread, left out of the printed lists.
+LOOP = ("Loop._main ", "ScheduleEvaluator.run ")
 
 
 def evaluator_thread(pid: int, name: str = EVALUATOR,
@@ -160,8 +162,8 @@ def print_profile(results: dict[str, Any], lines: int = 15) -> None:
             continue
         print(f"py-spy {flavour}: evaluator thread, {summary['thread_samples']} samples "
               f"({summary['thread_share_pct']} % of the process's); inclusive %")
-        for item in summary["functions"][:lines]:
-            print(f"  {item['frame'][:70]:70s} {item['pct']:5.1f}")
-        print("  by line:")
-        for item in summary["lines"][:lines]:
-            print(f"  {item['frame'][:70]:70s} {item['pct']:5.1f}")
+        for title, key in (("by function", "functions"), ("by line", "lines")):
+            print(f"  {title}:")
+            shown = [item for item in summary[key] if not item["frame"].startswith(LOOP)]
+            for item in shown[:lines]:
+                print(f"  {item['frame'][:70]:70s} {item['pct']:5.1f}")

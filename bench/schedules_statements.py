@@ -3,10 +3,10 @@
     python -m bench.schedules_statements             # 10,000 schedules, PostgreSQL
     python -m bench.schedules_statements 2000 sqlite
 
-A :class:`jobserver.node.Node` runs in this process on a fresh store holding N enabled
-cron schedules (``* * * * *``, as in the schedules scenario). Every statement the
-evaluator's thread sends during one minute boundary (from a second before it until
-every schedule-job of it is LAUNCHED) is counted by the function of ``jobserver`` that
+A :class:`jobserver.node.Node` runs in this process on a fresh store; early in a minute
+N enabled cron schedules (``* * * * *``, as in the schedules scenario) are created.
+Every statement the evaluator's thread sends for their first fire time (from a second
+before it until every schedule-job of it is LAUNCHED, up to ten minutes) is counted by the function of ``jobserver`` that
 sent it and by kind, with its wall time (server round trip included); so is every
 commit. Per fire time, these are what the evaluator pays for each schedule, free of
 the noise of other processes. Writes ``bench/results/schedules_statements.json``.
@@ -26,8 +26,7 @@ from typing import Any
 from bench.common import Options, log, write_result
 from bench.profile import _statement_kind
 from bench.schedules_profile import EVALUATOR
-from bench.schedules_store import (create_schedules, next_minute, unsettled,
-                                   wait_launched)
+from bench.schedules_store import create_after_boundary, unsettled, wait_launched
 from bench.stores import store_for
 
 
@@ -113,7 +112,6 @@ def one_boundary(opts: Options, store: str, count: int) -> tuple[list[dict], dic
 
     work = opts.work_dir / f"schedule-statements-{store}"
     with store_for(store, work / "store") as url:
-        create_schedules(url, count)
         lock = "postgres" if store == "postgres" else "file"
         node = Node(load_config(environ={
             "JOBSERVER_DATABASE__URL": url, "JOBSERVER_DATA_DIR": str(work / "data"),
@@ -121,13 +119,13 @@ def one_boundary(opts: Options, store: str, count: int) -> tuple[list[dict], dic
         counter = Counter(node.store.engine)
         node.start(upgrade=False)
         try:
-            while unsettled(url):
+            _, fire = create_after_boundary(url, count, 55.0)
+            while unsettled(url) and time.time() < fire - 1:
                 time.sleep(0.5)
-            fire = next_minute(time.time() + 2)
             while time.time() < fire - 1:
                 time.sleep(0.2)
             counter.on.set()
-            done, at = wait_launched(url, fire, count, fire + 300, poll=0.2)
+            done, at = wait_launched(url, fire, count, fire + 600, poll=0.5)
             counter.on.clear()
         finally:
             node.stop(10)

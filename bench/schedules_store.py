@@ -60,6 +60,19 @@ def create_schedules(url: str, count: int) -> float:
     return time.monotonic() - started
 
 
+def create_after_boundary(url: str, count: int, gap: float) -> tuple[float, float]:
+    """Create the schedules early in a minute, so that a running node's first look at
+    them (each one's next fire time) is done before their first fire time: when the
+    next minute boundary is less than ``gap`` seconds away, wait until it has passed.
+    Returns the seconds the creation took and that first fire time."""
+    boundary = next_minute(time.time())
+    if boundary - time.time() < gap:
+        while time.time() < boundary + 1.0:
+            time.sleep(0.2)
+    create_s = create_schedules(url, count)
+    return create_s, next_minute(time.time())
+
+
 def _utc(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, timezone.utc)
 

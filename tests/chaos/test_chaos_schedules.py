@@ -63,6 +63,9 @@ FAULTS_FROM, FAULTS_SPAN = 0.15, 0.6
 
 MATRIX = [pytest.param(mode, "postgres", id=f"{mode}-postgres") for mode in MODES] + \
     [pytest.param("leader", "zookeeper", id="leader-zookeeper")]
+#: What CI runs, to keep the suite within its time: the default mode, the mode with a
+#: planner lock of its own, and ZooKeeper; the soak runs the whole matrix.
+CI_MATRIX = [param for param in MATRIX if param.id != "leader-postgres"]
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ def run(harness: Harness, tmp_path: Path, request: pytest.FixtureRequest, mode: 
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(("mode", "lock"), MATRIX)
+@pytest.mark.parametrize(("mode", "lock"), CI_MATRIX)
 def test_every_fire_time_launched_once_through_kill_and_stop(
         harness: Harness, tmp_path: Path, request: pytest.FixtureRequest, mode: str,
         lock: str) -> None:

@@ -160,6 +160,10 @@ def _end_of_second_pass(instant: datetime, zone: ZoneInfo) -> datetime:
     return high
 
 
+#: How many answers of ``next_after`` a :class:`FireTimes` remembers.
+KNOWN_ANSWERS = 8
+
+
 class FireTimes:
     """The fire times of one ``time`` trigger. Build with :meth:`of`."""
 
@@ -169,6 +173,10 @@ class FireTimes:
         self._kind = kind
         self._skip_repeats = skip_repeats
         self._cursor: datetime | None = None  # a calendar fire time already reached
+        # next_after's last answers: a firing asks for the same few (the fire time
+        # after the cursor, then the one after that, once to fire and once to know
+        # when to look again), and each asks APScheduler's field-by-field search.
+        self._known: dict[datetime, datetime | None] = {}
 
     @classmethod
     def of(cls, trigger: TimeTrigger, anchor: datetime) -> FireTimes:
@@ -196,6 +204,15 @@ class FireTimes:
         """The first fire time strictly later than ``previous`` (aware, UTC), or None
         if there is none."""
         floor = previous.astimezone(UTC)
+        if floor in self._known:
+            return self._known[floor]
+        found = self._search(floor)
+        if len(self._known) >= KNOWN_ANSWERS:
+            self._known.clear()
+        self._known[floor] = found
+        return found
+
+    def _search(self, floor: datetime) -> datetime | None:
         probe, retries, skips = floor, 0, 0
         while True:
             found = self._candidate(probe)

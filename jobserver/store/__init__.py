@@ -58,6 +58,13 @@ class Transactions:
         if self.notifies:
             conn.exec_driver_sql(NOTIFY_WORK)
 
+    def wake_all(self) -> None:
+        """Wake every node's idle scheduler now (PostgreSQL only): for work that
+        became claimable by the clock, which no commit announces."""
+        if self.notifies:
+            with self.statement() as conn:
+                conn.exec_driver_sql(NOTIFY_WORK)
+
     @contextmanager
     def write(self) -> Iterator[Connection]:
         try:

@@ -78,45 +78,65 @@ class JobRepository:
         with self._tx.statement() as conn:
             return pgsubmit.submit(conn, values, step_rows, channel), True
 
-    def submit_keyed(self, items: builtins.list[KeyedSubmit]) -> dict[str, int]:
+    def submit_keyed(self, items: builtins.list[KeyedSubmit],
+                     conn: Connection | None = None) -> dict[str, int]:
         """Insert many READY jobs, each under its own idempotency key, at once; returns
         each key's job id. A key already used keeps its job, whatever its request:
         the caller makes keys that name one request each (a planner's launch keys).
 
         PostgreSQL: one statement (``submit_keyed``) and one wake-up for the batch;
-        SQLite: one transaction."""
+        SQLite: one transaction. With ``conn``, in the caller's transaction: the jobs
+        become visible, and the schedulers are woken, when it commits."""
         if not items:
             return {}
+        if conn is not None:
+            return self._submit_keyed(conn, items)
+        own = self._tx.statement() if self._tx.dialect == "postgresql" else self._tx.write()
+        with own as conn:
+            return self._submit_keyed(conn, items)
+
+    def _submit_keyed(self, conn: Connection,
+                      items: builtins.list[KeyedSubmit]) -> dict[str, int]:
         if self._tx.dialect != "postgresql":
-            return self._submit_keyed_sqlite(items)
+            return self._submit_keyed_sqlite(conn, items)
         rows = []
         for item in items:
             values, step_rows = _insert_values(item.spec, item.dependencies, item.key,
                                                item.digest)
             rows.append(dict(values, steps=step_rows))
         channel = WAKE_CHANNEL if self._tx.notifies else None
-        with self._tx.statement() as conn:
-            created = pgsubmit.submit_keyed(conn, rows, channel)
+        created = pgsubmit.submit_keyed(conn, rows, channel)
         missing = [item.key for item in items if item.key not in created]
         if missing:
-            with self._tx.read() as conn:
-                created.update((key, job_id) for job_id, key in conn.execute(
-                    select(jobs.c.id, jobs.c.idempotency_key)
-                    .where(jobs.c.idempotency_key.in_(missing))).all())
+            created.update((key, job_id) for job_id, key in conn.execute(
+                select(jobs.c.id, jobs.c.idempotency_key)
+                .where(jobs.c.idempotency_key.in_(missing))).all())
         return created
 
-    def _submit_keyed_sqlite(self, items: builtins.list[KeyedSubmit]) -> dict[str, int]:
-        found: dict[str, int] = {}
-        with self._tx.write() as conn:
-            existing = dict(conn.execute(select(jobs.c.idempotency_key, jobs.c.id).where(
-                jobs.c.idempotency_key.in_([item.key for item in items]))).all())
-            for item in items:
-                if item.key in existing:
-                    found[item.key] = existing[item.key]
-                elif item.key not in found:
-                    found[item.key] = self._insert(conn, item.spec, item.dependencies,
-                                                   item.key, item.digest).id
-        return found
+    @staticmethod
+    def _submit_keyed_sqlite(conn: Connection,
+                             items: builtins.list[KeyedSubmit]) -> dict[str, int]:
+        """The new jobs, their steps and audit rows by three multi-row inserts."""
+        found: dict[str, int] = dict(conn.execute(select(jobs.c.idempotency_key, jobs.c.id)
+                                                  .where(jobs.c.idempotency_key.in_(
+                                                      [item.key for item in items]))).all())
+        new = list({item.key: item for item in items if item.key not in found}.values())
+        if new:
+            built = [_insert_values(item.spec, item.dependencies, item.key, item.digest)
+                     for item in new]
+            ids = conn.execute(insert(jobs).values(created_at=store_now(),
+                                                   updated_at=store_now())
+                               .returning(jobs.c.id, sort_by_parameter_order=True),
+                               [dict(values, state=State.READY.value, fence=0, attempt=0)
+                                for values, _steps in built]).scalars().all()
+            conn.execute(insert(steps), [dict(row, job_id=job_id, state=State.READY.value,
+                                              attempt=0)
+                                         for job_id, (_values, step_rows) in zip(ids, built)
+                                         for row in step_rows])
+            record_events(conn, [AuditEvent(job_id, None, State.READY, message="submitted")
+                                 for job_id in ids])
+            found.update((item.key, int(job_id)) for item, job_id in zip(new, ids))
+        return {item.key: found[item.key] for item in items}
 
     @staticmethod
     def _by_idempotency_key(conn: Connection, key: str | None,
@@ -288,3 +308,28 @@ def _reset_steps(conn: Connection, job_id: int,
             values.update(_RERUN_CLEARED)
         conn.execute(update(steps).where(where).values(**values))
     return [(name, State(state), target) for name, state in rows]
+
+
+def discard_waiting(conn: Connection, job_ids: builtins.list[int],
+                    message: str) -> builtins.list[int]:
+    """Discard those of ``job_ids`` that are READY, unclaimed and may not start yet
+    (``not_before`` later than the store's clock), with their steps and audit rows, in
+    the caller's transaction; returns the ids discarded. A job whose time has come is
+    left alone: a scheduler may be claiming it, and it runs as launched."""
+    if not job_ids:
+        return []
+    found = builtins.list(conn.execute(
+        update(jobs).where(jobs.c.id.in_(job_ids), jobs.c.state == State.READY.value,
+                           jobs.c.node.is_(None), jobs.c.not_before > store_now())
+        .values(state=State.DISCARDED.value, finished_at=store_now(), updated_at=store_now())
+        .returning(jobs.c.id)).scalars())
+    if not found:
+        return []
+    changed = conn.execute(
+        update(steps).where(steps.c.job_id.in_(found), steps.c.state == State.READY.value)
+        .values(state=State.DISCARDED.value).returning(steps.c.job_id, steps.c.name)).all()
+    record_events(conn, [AuditEvent(job_id, State.READY, State.DISCARDED, message=message)
+                         for job_id in found]
+                  + [AuditEvent(job_id, State.READY, State.DISCARDED, name, message=message)
+                     for job_id, name in changed])
+    return [int(job_id) for job_id in found]

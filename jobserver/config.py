@@ -178,6 +178,11 @@ class SchedulesConfig(_Section):
     batch: int = Field(default=500, ge=1, le=10000)
     # How long evaluation records are kept.
     evaluation_retention: float = Field(default=7 * 86400, ge=60, le=365 * 86400)
+    # How long before its fire time a firing that depends on the clock alone (time
+    # triggers only, no run constraints) is launched, as a job that may not start
+    # before the fire time: the job is in the store when its time comes, however many
+    # schedules fire at once. 0 launches every firing when it is due.
+    lead_time: float = Field(default=10.0, ge=0, le=300)
 
 
 class Config(_Section):

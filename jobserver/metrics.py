@@ -215,7 +215,8 @@ class ScheduleMetrics:
                              "Schedule-jobs pending their trigger or constraints",
                              registry=registry, multiprocess_mode="livemax")
         self.lag = Histogram("jobserver_schedule_launch_lag_seconds",
-                             "Fire time (or trigger time) to launch", buckets=LAG_BUCKETS,
+                             "Fire time (or trigger time) to launch; 0 for a job launched "
+                             "ahead of its fire time", buckets=LAG_BUCKETS,
                              registry=registry)
 
 

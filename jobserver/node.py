@@ -153,7 +153,14 @@ class Node:
         policy = Policy(self.python_steps.is_registered,
                         self.config.steps.shell.allowed_executables)
         return ScheduleEvaluator(self.store, seat, self.config.schedules, policy,
-                                 self.metrics.schedules, stopping=self.ctx.stopping)
+                                 self.metrics.schedules, stopping=self.ctx.stopping,
+                                 release=self._release_launched)
+
+    def _release_launched(self) -> None:
+        """Jobs launched ahead of their fire time may start now: claim them at once
+        here, and wake the other nodes' schedulers."""
+        self.ctx.wake.set()
+        self.store.tx.wake_all()
 
     def _wake(self) -> None:
         """A runner slot freed: wake the scheduler if jobs may be waiting for one.

@@ -19,23 +19,27 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, RowMapping, and_, delete, insert, or_, select, update
 
 from jobserver.exceptions import Conflict, ConstraintViolation, NotFound
-from jobserver.schedules.records import (ABORTED, PENDING_STATES, EvaluationRecord,
+from jobserver.schedules.records import (ABORTED, LAUNCHED, PENDING_STATES, EvaluationRecord,
                                          ScheduleJobRecord, ScheduleRecord)
 from jobserver.schedules.spec import ScheduleSpec, spec_hash, watch_targets
 from jobserver.schedules.store import insert_evaluations
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
 from jobserver.store import Transactions
+from jobserver.store.jobs import discard_waiting
 
 MAX_PAGE = 500
 CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
 #: The reasons recorded on schedule-jobs aborted by a user's action.
 DISABLED, UPDATED_REASON = "schedule disabled", "schedule updated"
+#: Jobs launched ahead have fire times at most ``schedules.lead_time`` (≤ 300 s)
+#: from now; a wider bound covers clocks apart.
+LEAD_BOUND = timedelta(minutes=10)
 
 
 def utcnow() -> datetime:
@@ -122,9 +126,11 @@ class ScheduleCatalog:
     def delete(self, namespace: str, name: str) -> None:
         """Remove the schedule and everything recorded about it: its schedule-jobs,
         pending ones included, evaluations and watches go with its row (ON DELETE
-        CASCADE), which amounts to disabling it first. Engine jobs it launched run on."""
+        CASCADE), which amounts to disabling it first. Engine jobs it launched run on,
+        but for those launched ahead that may not start yet, which are discarded."""
         with self._tx.write() as conn:
             row = self._locked(conn, namespace, name)  # waits out an evaluator's round
+            self._launched_ahead(conn, row["id"], "schedule deleted")
             conn.execute(delete(schedules).where(schedules.c.id == row["id"]))
 
     # -- reads ------------------------------------------------------------------------
@@ -238,23 +244,44 @@ class ScheduleCatalog:
         conn.execute(update(schedules).where(schedules.c.id == schedule_id).values(**values))
 
     def _abort_pending(self, conn: Connection, schedule_id: int, reason: str) -> int:
-        """Abort every schedule-job of the schedule not yet launched, each recorded
-        as an evaluation; returns how many. The caller holds the schedule's lock."""
+        """Abort every schedule-job of the schedule not yet launched, and every one
+        launched ahead whose job may not start yet (that job is discarded), each
+        recorded as an evaluation; returns how many. The caller holds the
+        schedule's lock."""
         table = schedule_jobs
-        rows = conn.execute(select(table.c.id, table.c.state, table.c.fire_time).where(
-            table.c.schedule_id == schedule_id, table.c.state.in_(PENDING_STATES))).all()
+        rows: builtins.list[tuple[int, str, Any, int | None]] = [
+            (row.id, row.state, row.fire_time, None) for row in conn.execute(
+            select(table.c.id, table.c.state, table.c.fire_time).where(
+                table.c.schedule_id == schedule_id, table.c.state.in_(PENDING_STATES)))]
+        rows += self._launched_ahead(conn, schedule_id, reason)
         if not rows:
             return 0
         now = self._clock()
-        conn.execute(update(table).where(table.c.id.in_([row.id for row in rows]))
+        conn.execute(update(table).where(table.c.id.in_([row[0] for row in rows]))
                      .values(state=ABORTED, reason=reason, next_check_at=None,
                              updated_at=now))
         insert_evaluations(conn, [
-            {"schedule_id": schedule_id, "schedule_job_id": row.id, "at": now,
-             "outcome": "aborted", "fire_time": row.fire_time, "reason": reason,
-             "details": {"from_state": row.state}, "next_check_at": None}
-            for row in rows])
+            {"schedule_id": schedule_id, "schedule_job_id": sj_id, "at": now,
+             "outcome": "aborted", "fire_time": fire_time,
+             "reason": reason if job_id is None else f"{reason}; job {job_id} discarded "
+                                                     "before its fire time",
+             "details": {"from_state": state, **({"job_id": job_id} if job_id else {})},
+             "next_check_at": None}
+            for sj_id, state, fire_time, job_id in rows])
         return len(rows)
+
+    def _launched_ahead(self, conn: Connection, schedule_id: int,
+                        reason: str) -> builtins.list[tuple[int, str, Any, int]]:
+        """The schedule's LAUNCHED schedule-jobs whose jobs were launched ahead and
+        may not start yet, those jobs discarded (``schedules.lead_time``)."""
+        table = schedule_jobs
+        recent = conn.execute(select(table.c.id, table.c.fire_time, table.c.job_id).where(
+            table.c.schedule_id == schedule_id, table.c.state == LAUNCHED,
+            table.c.fire_time > self._clock() - LEAD_BOUND)).all()
+        discarded = set(discard_waiting(conn, [row.job_id for row in recent if row.job_id],
+                                        f"{reason} before its fire time"))
+        return [(row.id, LAUNCHED, row.fire_time, row.job_id) for row in recent
+                if row.job_id in discarded]
 
     @staticmethod
     def _watch(conn: Connection, schedule_id: int, spec: ScheduleSpec) -> None:

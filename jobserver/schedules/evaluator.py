@@ -2,8 +2,8 @@
 
 A round reads job events from the ordered feed (job-status triggers) and the
 registered partition feeds, fires the time triggers that are due, re-checks pending
-schedule-jobs whose constraints or deadline are due, and launches the schedule-jobs in
-PENDING_LAUNCH; then it sleeps until the earliest next fire or check time, at most
+schedule-jobs whose constraints or deadline are due, and launches what those decided
+(:mod:`jobserver.schedules.launcher`) in the same transactions; then it sleeps until the earliest next fire or check time, at most
 ``schedules.poll_interval`` (schedules enabled through another node's API, and new
 job events, are seen within that).
 
@@ -11,15 +11,18 @@ Every write is fenced by the seat's lease (:meth:`EvaluatorStore.fenced`), and t
 feed's cursor is saved in the transaction that acts on what it read, so a failover in
 the middle of a round neither fires anything twice nor loses it: a round cut short
 is done again by the next evaluator from what was committed. A launch is the engine's
-idempotent submit under the launch key fixed in PENDING_LAUNCH, so a launch retried
-after a crash finds the job the first attempt made.
+idempotent submit under a launch key fixed by the decision, so a launch retried after
+a crash finds the job the first attempt made, if that one committed.
+
+A firing that depends on the clock alone is decided ``schedules.lead_time`` before its
+fire time and its job launched with ``not_before`` at that time; at the fire time the
+evaluator wakes the schedulers (``release``), which would otherwise see the job at
+their next poll.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -29,19 +32,19 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 
 from jobserver.config import SchedulesConfig
-from jobserver.exceptions import TRANSIENT, FencedOff, InvalidRequest, TriggerError
+from jobserver.exceptions import TRANSIENT, FencedOff, TriggerError
 from jobserver.loops import Loop
 from jobserver.planner import PlannerSeat
-from jobserver.schedules.firing import (Facts, Outcome, check_time, constrain, notify,
-                                        schedule_of_key)
+from jobserver.schedules.launcher import Launcher
+from jobserver.schedules.firing import (Facts, Outcome, check_time, constrain,
+                                        launches_ahead, notify, schedule_of_key)
 from jobserver.schedules.spec import (PartitionTrigger, ScheduleSpec, TimeTrigger, leaves,
                                      load_spec)
-from jobserver.schedules.store import Draft, Due, EvaluatorStore, Evaluation, Launch
+from jobserver.schedules.store import Draft, Due, EvaluatorStore, Evaluation
 from jobserver.schedules.timing import FireTimes
 from jobserver.schedules.triggers import JobEvent, Notification, matching_parts
-from jobserver.spec import JobSpec, Policy, validate_job
+from jobserver.spec import Policy
 from jobserver.store import Store
-from jobserver.store.jobs import KeyedSubmit
 from locks.base import Lease
 
 log = logging.getLogger(__name__)
@@ -75,19 +78,23 @@ class ScheduleEvaluator(Loop):
     def __init__(self, store: Store, seat: PlannerSeat, config: SchedulesConfig,
                  policy: Policy, metrics: Any = None,
                  clock: Callable[[], datetime] = utcnow,
-                 stopping: threading.Event | None = None) -> None:
+                 stopping: threading.Event | None = None,
+                 release: Callable[[], None] | None = None) -> None:
         super().__init__("schedules", stopping=stopping)
         self.store = EvaluatorStore(store.tx)
-        self._jobs = store.jobs
+        self._launcher = Launcher(self.store, store.jobs, policy, metrics, clock)
         self._seat = seat
         self._config = config
-        self._policy = policy
         self._metrics = metrics
         self._clock = clock
         self.wake = threading.Event()
         self.partition_feeds: list[PartitionFeed] = []
         self._specs: dict[tuple[int, int], ScheduleSpec] = {}
         self._fire_times: dict[tuple[int, int, str], FireTimes] = {}
+        self._lead = timedelta(seconds=config.lead_time)
+        #: Fire times of jobs launched ahead: the schedulers are woken at each.
+        self._releases: set[datetime] = set()
+        self._release = release
         self._pruned_at: datetime | None = None
         self._feed_skipped_at: datetime | None = None
 
@@ -142,11 +149,8 @@ class ScheduleEvaluator(Loop):
             with self.store.fenced(key, fence) as conn:
                 self.store.skip_feed(conn)  # nothing watches: a new watcher starts near now
         if work.next_check is not None and work.next_check <= now:
-            while True:  # each batch's launches go out before the next batch is fired
-                fired = self._fire_due(key, fence, now)
-                self._launch_all(key, fence)
-                if fired < self._config.batch:
-                    break
+            while self._fire_due(key, fence, now) >= self._config.batch:
+                pass
             while self._recheck_due(key, fence, now) >= self._config.batch:
                 pass
             changed = True
@@ -158,10 +162,22 @@ class ScheduleEvaluator(Loop):
         if self._metrics is not None:
             self._metrics.rounds.inc()
             self._metrics.pending.set(work.pending)
-        return work.next_check
+        return min([t for t in (work.next_check, self._release_due(self._clock()))
+                    if t is not None], default=None)
+
+    def _release_due(self, now: datetime) -> datetime | None:
+        """Wake the schedulers if a fire time of jobs launched ahead has come (they
+        would otherwise see those jobs at their next poll); the next such time."""
+        due = {fire_time for fire_time in self._releases if fire_time <= now}
+        if due:
+            self._releases -= due
+            if self._release is not None:
+                self._release()
+        return min(self._releases, default=None)
 
     def _fire_due(self, key: str, fence: int, now: datetime) -> int:
-        """Time triggers of due schedules; returns how many schedules were due."""
+        """Time triggers of due schedules, and the launches they decide, in one
+        transaction; returns how many schedules were due."""
         outcome = Outcome()
         with self.store.fenced(key, fence) as conn:
             dues = self.store.due_schedules(conn, now, self._config.batch)
@@ -171,7 +187,9 @@ class ScheduleEvaluator(Loop):
             for due in dues:
                 def fire(part: Outcome, due: Due = due) -> datetime | None:
                     spec = self._spec(due)
-                    check = check_time(spec, due, now, part, functools.partial(self._times, due))
+                    ahead = self._lead if launches_ahead(spec) else timedelta(0)
+                    check = check_time(spec, due, now, part,
+                                       functools.partial(self._times, due), ahead)
                     notify(spec, due, pending.get(due.id), check.notes, now, facts, part)
                     changes.append((due.id, check.trigger_state, check.next_check))
                     return check.next_check
@@ -179,7 +197,7 @@ class ScheduleEvaluator(Loop):
                 if not self._guarded(due, now, outcome, fire):
                     changes.append((due.id, due.trigger_state, now + BROKEN_RETRY))
             self.store.save_schedules(conn, changes)
-            self._save(conn, outcome, now)
+            self._save(conn, outcome, now, {due.id: due for due in dues})
         self._count(outcome)
         return len(dues)
 
@@ -198,7 +216,7 @@ class ScheduleEvaluator(Loop):
                     constrain(self._spec(due), due, draft, now, facts, part)
 
                 self._guarded(due, now, outcome, recheck)
-            self._save(conn, outcome, now)
+            self._save(conn, outcome, now, dues)
         self._count(outcome)
         return len(drafts)
 
@@ -214,9 +232,8 @@ class ScheduleEvaluator(Loop):
                     for schedule_id in self.store.watchers(
                             conn, {("dataset", dataset)}).get(("dataset", dataset), []):
                         notes.setdefault(schedule_id, []).append(("dataset", (dataset, count)))
-            if notes:
-                self._deliver(conn, notes, now, outcome)
-            self._save(conn, outcome, now)
+            dues = self._deliver(conn, notes, now, outcome) if notes else {}
+            self._save(conn, outcome, now, dues)
         self._count(outcome)
         return bool(outcome.drafts)
 
@@ -240,7 +257,8 @@ class ScheduleEvaluator(Loop):
         return found
 
     def _deliver(self, conn: Connection, found: dict[int, list[Any]], now: datetime,
-                 outcome: Outcome) -> None:
+                 outcome: Outcome) -> dict[int, Due]:
+        """Notify the schedules in ``found``; returns them."""
         dues = self.store.due_schedules(conn, now, 0, ids=set(found))
         pending = self.store.pending_of(conn, [due.id for due in dues])
         facts = self._facts(conn)
@@ -251,6 +269,7 @@ class ScheduleEvaluator(Loop):
                 notify(spec, due, pending.get(due.id), notes, now, facts, part)
 
             self._guarded(due, now, outcome, deliver)
+        return {due.id: due for due in dues}
 
     @staticmethod
     def _notes(spec: ScheduleSpec, due: Due, items: list[Any],
@@ -289,70 +308,25 @@ class ScheduleEvaluator(Loop):
         outcome.absorb(part)
         return True
 
-    def _save(self, conn: Connection, outcome: Outcome, now: datetime) -> None:
+    def _save(self, conn: Connection, outcome: Outcome, now: datetime,
+              dues: dict[int, Due]) -> None:
+        """Launch what ``outcome`` decided to launch, then save it all, in ``conn``."""
+        self._releases.update(self._launcher.launch_decided(conn, outcome, dues))
         self.store.save_drafts(conn, outcome.drafts, now)
         self.store.record(conn, outcome.evaluations, now)
 
     # -- launches -------------------------------------------------------------------------
     def _launch_all(self, key: str, fence: int) -> None:
-        """Launch every schedule-job in PENDING_LAUNCH, a batch at a time: one bulk
-        idempotent submit, then one fenced transaction that records the outcome."""
+        """Launch the schedule-jobs found in PENDING_LAUNCH in the store (left by a
+        node of an older version, which launched after deciding), a batch at a time."""
         while True:
             launches = self.store.to_launch(self._config.batch)
             if not launches:
                 return
-            prepared = {launch.id: self._prepare(launch) for launch in launches}
-            keyed = [item for item in prepared.values() if isinstance(item, KeyedSubmit)]
-            job_ids = self._jobs.submit_keyed(keyed)
-            now = self._clock()
             with self.store.fenced(key, fence) as conn:
-                self._settle(conn, launches, prepared, job_ids, now)
+                self._releases.update(self._launcher.launch(conn, launches))
             if len(launches) < self._config.batch:
                 return
-
-    def _prepare(self, launch: Launch) -> KeyedSubmit | str:
-        """The job ``launch`` submits, or why the node refuses its template."""
-        template = dict(launch.spec["template"])
-        template["params"] = {**template.get("params", {}),
-                              **launch.spec.get("properties", {}), **launch.properties}
-        try:
-            job = JobSpec.model_validate_json(json.dumps(template))
-            dependencies = validate_job(job, self._policy)
-        except (InvalidRequest, ValueError) as exc:
-            return f"template refused: {getattr(exc, 'message', exc)}"
-        digest = hashlib.sha256(json.dumps(job.model_dump(mode="json"),
-                                           sort_keys=True).encode()).hexdigest()
-        return KeyedSubmit(job, dependencies, launch.launch_key, digest)
-
-    def _settle(self, conn: Connection, launches: list[Launch],
-                prepared: dict[int, KeyedSubmit | str], job_ids: dict[str, int],
-                now: datetime) -> None:
-        rows, refused = [], 0
-        for launch in launches:
-            item = prepared[launch.id]
-            if isinstance(item, str) and self.store.abort_launch(conn, launch, item, now):
-                refused += 1
-                rows.append(Evaluation(launch.schedule_id, "aborted", item,
-                                       fire_time=launch.fire_time))
-        pairs = [(launch, job_ids[launch.launch_key]) for launch in launches
-                 if launch.launch_key in job_ids]
-        moved = self.store.mark_launched(conn, pairs, now)
-        lags = []
-        for launch, job_id in pairs:
-            if launch.id not in moved:
-                continue  # aborted meanwhile; the job it started is kept on the row
-            lag = (now - (launch.fire_time or launch.created_at)).total_seconds()
-            lags.append(lag)
-            rows.append(Evaluation(
-                launch.schedule_id, "launched", f"job {job_id} launched {lag:.3f} s after "
-                f"{'its fire time' if launch.fire_time else 'its trigger'}",
-                fire_time=launch.fire_time, details={"job_id": job_id, "lag_seconds": lag}))
-        self.store.record(conn, rows, now)
-        if self._metrics is not None:
-            self._count(Outcome(aborted={"template": refused} if refused else {}))
-            self._metrics.launched.inc(len(lags))
-            for lag in lags:
-                self._metrics.lag.observe(max(0.0, lag))
 
     # -- helpers --------------------------------------------------------------------------
     def _spec(self, due: Due) -> ScheduleSpec:

@@ -17,9 +17,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from jobserver.schedules.constraints import RunFacts, check_all, decide
-from jobserver.schedules.spec import ScheduleSpec, TimeTrigger, leaves
+from jobserver.schedules.spec import OrTrigger, ScheduleSpec, TimeTrigger, leaves
 from jobserver.schedules.store import Draft, Due, Evaluation
 from jobserver.schedules.timing import FireTimes
 from jobserver.schedules.triggers import Notification, deliver, explain, fired_properties, satisfied
@@ -74,9 +75,12 @@ class TimeCheck:
 
 
 def check_time(spec: ScheduleSpec, due: Due, now: datetime, outcome: Outcome,
-               fire_times: Callable[[str, TimeTrigger], FireTimes]) -> TimeCheck:
-    """Every time trigger's fire times after its cursor up to ``now``, thinned by the
-    schedule's catch-up policy; each one skipped is recorded in ``outcome``."""
+               fire_times: Callable[[str, TimeTrigger], FireTimes],
+               ahead: timedelta = timedelta(0)) -> TimeCheck:
+    """Every time trigger's fire times after its cursor up to ``now`` (``now + ahead``
+    for a schedule that launches ahead, see :func:`launches_ahead`), thinned by the
+    schedule's catch-up policy; each one skipped is recorded in ``outcome``. The
+    next check is ``ahead`` before the next fire time."""
     notes: list[Notification] = []
     state = dict(due.trigger_state)
     upcoming: list[datetime] = []
@@ -85,18 +89,33 @@ def check_time(spec: ScheduleSpec, due: Due, now: datetime, outcome: Outcome,
             continue
         times = fire_times(path, leaf)
         cursor = _parse(state.get(path)) or due.enabled_at
-        found = times.between(cursor, now, MAX_FIRES)
+        found = times.between(cursor, now + ahead, MAX_FIRES)
         more = len(found) == MAX_FIRES  # a backlog: this round only skips
-        for fire_time in _catch_up(spec, due, found, now, more, outcome):
+        missed = [fire_time for fire_time in found if fire_time <= now]
+        early = [] if more else found[len(missed):]
+        for fire_time in _catch_up(spec, due, missed, now, more, outcome) + early:
             notes.append(Notification(part=path, kind="time", at=now, fire_time=fire_time))
         if found:
             state[path] = found[-1].isoformat()
             cursor = found[-1]
         following = now if more else times.next_after(cursor)
         if following is not None:
-            upcoming.append(following)
+            upcoming.append(following if more else following - ahead)
     notes.sort(key=lambda note: note.fire_time or now)
     return TimeCheck(notes, state, min(upcoming) if upcoming else None)
+
+
+def launches_ahead(spec: ScheduleSpec) -> bool:
+    """Whether the schedule's firings depend on nothing but the clock: every trigger
+    leaf a time trigger, joined by ``or`` only, and no run constraints. Such a
+    firing's outcome is known before its fire time, so its job can be launched ahead
+    to start at that time (``not_before``); any other firing is decided when it is
+    due."""
+    def clock_only(trigger: Any) -> bool:
+        if isinstance(trigger, OrTrigger):
+            return all(clock_only(part) for part in trigger.parts)
+        return isinstance(trigger, TimeTrigger)
+    return not spec.constraints and clock_only(spec.trigger)
 
 
 def _catch_up(spec: ScheduleSpec, due: Due, found: list[datetime], now: datetime,
@@ -173,7 +192,7 @@ def constrain(spec: ScheduleSpec, due: Due, draft: Draft, now: datetime, facts: 
     if draft.state == "PENDING_TRIGGER":
         draft.next_check_at = draft.deadline_at
         return False
-    active, last = facts(spec.template.name)
+    active, last = facts(spec.template.name) if spec.constraints else (0, None)
     verdicts = check_all(spec.constraints, RunFacts(now, draft.created_at, active, last))
     decision, recheck = decide(verdicts)
     reasons = "; ".join(v.reason for v in verdicts) or "no run constraints"

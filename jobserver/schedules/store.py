@@ -68,6 +68,7 @@ class Draft:
     next_check_at: datetime | None = None
     launch_key: str | None = None
     reason: str | None = None
+    job_id: int | None = None
 
     def columns(self, now: datetime) -> dict[str, Any]:
         return {"schedule_id": self.schedule_id, "generation": self.generation,
@@ -76,7 +77,7 @@ class Draft:
                 "properties": self.properties, "created_at": self.created_at,
                 "updated_at": now, "deadline_at": self.deadline_at,
                 "next_check_at": self.next_check_at, "launch_key": self.launch_key,
-                "reason": self.reason}
+                "reason": self.reason, "job_id": self.job_id}
 
 
 @dataclass(frozen=True)
@@ -363,6 +364,6 @@ def _draft(row: Any) -> Draft:
                  trigger_state=dict(row["trigger_state"] or {}),
                  properties=dict(row["properties"] or {}),
                  next_check_at=as_utc(row["next_check_at"]), launch_key=row["launch_key"],
-                 reason=row["reason"])
+                 reason=row["reason"], job_id=row["job_id"])
 
 

@@ -391,17 +391,18 @@ WHERE s.id = v.id;
 -- the ids, sorted, with its rows.
 INSERT INTO schedule_jobs (schedule_id, generation, state, fire_time, notifications,
                            trigger_state, properties, created_at, updated_at,
-                           deadline_at, next_check_at, launch_key, reason)
+                           deadline_at, next_check_at, launch_key, reason, job_id)
 SELECT v.schedule_id, v.generation, v.state, v.fire_time, v.notifications,
        v.trigger_state, v.properties, v.created_at, v.updated_at, v.deadline_at,
-       v.next_check_at, v.launch_key, v.reason
+       v.next_check_at, v.launch_key, v.reason, v.job_id
 FROM ROWS FROM (json_to_recordset(CAST(%(rows)s AS json)) AS (
   schedule_id bigint, generation int, state text, fire_time timestamptz,
   notifications json, trigger_state json, properties json, created_at timestamptz,
   updated_at timestamptz, deadline_at timestamptz, next_check_at timestamptz,
-  launch_key text, reason text)) WITH ORDINALITY AS v(
+  launch_key text, reason text, job_id bigint)) WITH ORDINALITY AS v(
   schedule_id, generation, state, fire_time, notifications, trigger_state, properties,
-  created_at, updated_at, deadline_at, next_check_at, launch_key, reason, ordinality)
+  created_at, updated_at, deadline_at, next_check_at, launch_key, reason, job_id,
+  ordinality)
 ORDER BY v.ordinality
 RETURNING id;
 
@@ -412,11 +413,12 @@ RETURNING id;
 UPDATE schedule_jobs AS j SET state = v.state, fire_time = v.fire_time,
   notifications = v.notifications, trigger_state = v.trigger_state,
   properties = v.properties, updated_at = v.updated_at, deadline_at = v.deadline_at,
-  next_check_at = v.next_check_at, launch_key = v.launch_key, reason = v.reason
+  next_check_at = v.next_check_at, launch_key = v.launch_key, reason = v.reason,
+  job_id = v.job_id
 FROM json_to_recordset(CAST(%(rows)s AS json)) AS v(
   id bigint, state text, fire_time timestamptz, notifications json, trigger_state json,
   properties json, updated_at timestamptz, deadline_at timestamptz,
-  next_check_at timestamptz, launch_key text, reason text)
+  next_check_at timestamptz, launch_key text, reason text, job_id bigint)
 WHERE j.id = v.id AND j.state IN ('PENDING_TRIGGER', 'PENDING_CONSTRAINTS');
 
 

@@ -37,7 +37,8 @@ class Clock:
 
 def history(store: Store) -> dict[str, int]:
     """Two schedules every 10 s from T0, ``latest`` and ``all``; evaluated at 10.5 s,
-    20.5 s, then not until 51 s (30 s and 40 s missed). Returns their ids."""
+    20.5 s, then not until 51 s (30 s and 40 s missed: launching ahead is off, or 30 s
+    would have been launched at 20.5 s). Returns their ids."""
     clock = Clock()
     catalog = ScheduleCatalog(store.tx, clock)
     ids = {}
@@ -45,8 +46,8 @@ def history(store: Store) -> dict[str, int]:
         spec = parse_schedule({"name": policy, "catchup": policy, "template": job_spec(policy),
                                "trigger": {"type": "time", "interval": 10}}, POLICY)
         ids[policy] = catalog.create(spec, enabled=True).id
-    evaluator = ScheduleEvaluator(store, None, SchedulesConfig(), POLICY,  # type: ignore
-                                  clock=clock)
+    evaluator = ScheduleEvaluator(store, None, SchedulesConfig(lead_time=0),  # type: ignore
+                                  POLICY, clock=clock)
     lease = FakeLease(store)
     for seconds in (10.5, 20.5, 51):
         clock.now = T0 + timedelta(seconds=seconds)

@@ -22,6 +22,7 @@ from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, wa
 from jobserver.spec import Policy, parse_job, validate_job
 from jobserver.states import State
 from jobserver.store import Store
+from jobserver.store.jobs import KeyedSubmit
 from jobserver.store.tables import AuditEvent, jobs, record_events
 from tests.helpers import FakeLease, job_spec
 
@@ -32,36 +33,43 @@ TEMPLATE = {"name": "nightly", "steps": [{"name": "s1", "type": "noop"}],
 
 
 class Clock:
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
+    def __init__(self, start: datetime = T0) -> None:
+        self.start = self.now = start
 
     def __call__(self) -> datetime:
         return self.now
 
     def at(self, **delta: float) -> Clock:
-        self.now = T0 + timedelta(**delta)
+        self.now = self.start + timedelta(**delta)
         return self
 
 
 class Harness:
-    def __init__(self, store: Store) -> None:
+    """An evaluator on a controlled clock. Launching ahead is off unless ``lead_time``
+    is given: most tests here are about what happens when a fire time is due."""
+
+    def __init__(self, store: Store, lead_time: float = 0.0, start: datetime = T0) -> None:
         self.store = store
-        self.clock = Clock()
+        self.clock = Clock(start)
         self.metrics = ScheduleMetrics(CollectorRegistry())
-        self.evaluator = ScheduleEvaluator(store, None, SchedulesConfig(),  # type: ignore
-                                           POLICY, self.metrics, clock=self.clock)
+        self.released: list[datetime] = []
+        self.evaluator = ScheduleEvaluator(
+            store, None, SchedulesConfig(lead_time=lead_time),  # type: ignore[arg-type]
+            POLICY, self.metrics, clock=self.clock,
+            release=lambda: self.released.append(self.clock.now))
         self.lease = FakeLease(store)
 
     def add(self, name: str, trigger: dict[str, Any], **fields: Any) -> int:
-        """An enabled schedule, enabled at T0."""
+        """An enabled schedule, enabled at the clock's start."""
+        start = self.clock.start
         spec = parse_schedule({"name": name, "template": TEMPLATE, "trigger": trigger,
                                **fields}, POLICY)
         with self.store.tx.write() as conn:
             schedule_id = conn.execute(insert(schedules).values(
                 namespace=spec.namespace, name=spec.name, generation=1,
                 spec=spec.model_dump(mode="json"), spec_hash=spec_hash(spec), enabled=True,
-                trigger_state={}, next_check_at=T0, created_at=T0, updated_at=T0,
-                enabled_at=T0).returning(schedules.c.id)).scalar_one()
+                trigger_state={}, next_check_at=start, created_at=start, updated_at=start,
+                enabled_at=start).returning(schedules.c.id)).scalar_one()
             for kind, target in watch_targets(spec):
                 conn.execute(insert(watches).values(schedule_id=schedule_id, kind=kind,
                                                     target=target))
@@ -179,8 +187,10 @@ def test_and_of_two_job_statuses_fires_once_both_completed(h: Harness) -> None:
     (sj,) = h.schedule_jobs(sid)
     assert sj.state == "LAUNCHED" and len(h.jobs()) == 1
     assert [n["job_id"] for n in sj.notifications] == [w1, w2]
-    outcomes = [e.outcome for e in h.evaluations(sid)]
-    assert outcomes[:2] == ["pending_trigger", "fired"] and outcomes[-1] == "launched"
+    first, launched = h.evaluations(sid)
+    assert first.outcome == "pending_trigger" and launched.outcome == "launched"
+    assert "job" in launched.reason and "fired" not in launched.reason.split(";")[-1]
+    assert launched.details["job_id"] == sj.job_id
 
 
 def test_one_pending_schedule_job_holds_every_concurrent_notification(h: Harness) -> None:
@@ -278,19 +288,36 @@ def test_a_stale_evaluator_writes_nothing(h: Harness) -> None:
 def test_a_launch_retried_after_a_crash_makes_one_job(h: Harness, monkeypatch) -> None:
     sid = h.add("retried", {"type": "time", "interval": "1m"})
 
-    def crash(*_args: Any) -> bool:
+    def crash(*_args: Any) -> None:
         raise StoreUnavailable("the store went away")
 
-    with monkeypatch.context() as patch:
-        patch.setattr(EvaluatorStore, "mark_launched", staticmethod(crash))
+    with monkeypatch.context() as patch:  # the jobs are submitted, then the store fails
+        patch.setattr(EvaluatorStore, "save_drafts", staticmethod(crash))
         with pytest.raises(StoreUnavailable):
             h.round(minutes=1)
-    assert len(h.jobs()) == 1 and h.schedule_jobs(sid)[0].state == "PENDING_LAUNCH"
+    # The job was submitted in the firing's transaction, so it went with it.
+    assert h.jobs() == [] and h.schedule_jobs(sid) == []
     h.round(minutes=1, seconds=1)
     (sj,) = h.schedule_jobs(sid)
     assert sj.state == "LAUNCHED" and sj.job_id == h.jobs()[0].id and len(h.jobs()) == 1
-    with h.store.tx.read() as conn:
-        assert conn.execute(select(func.count()).select_from(jobs)).scalar() == 1
+
+
+def test_a_pending_launch_left_in_the_store_finds_the_job_its_key_made(h: Harness) -> None:
+    """A schedule-job an older node left in PENDING_LAUNCH after submitting its job:
+    the launch is retried under the same key, which finds that job."""
+    sid = h.add("left", {"type": "time", "interval": "1h"})
+    key = f"schedule/{sid}/1/left-behind"
+    spec = parse_job(json.dumps(TEMPLATE))
+    made = h.store.jobs.submit_keyed([KeyedSubmit(spec, validate_job(spec, POLICY), key,
+                                                  None)])[key]
+    with h.store.tx.write() as conn:
+        conn.execute(insert(schedule_jobs).values(
+            schedule_id=sid, generation=1, state="PENDING_LAUNCH", notifications=[],
+            trigger_state={}, properties={}, created_at=T0, updated_at=T0,
+            deadline_at=T0 + timedelta(days=1), launch_key=key))
+    h.round(seconds=1)
+    (sj,) = h.schedule_jobs(sid)
+    assert sj.state == "LAUNCHED" and sj.job_id == made and len(h.jobs()) == 1
 
 
 def test_job_status_of_another_schedules_runs(h: Harness) -> None:

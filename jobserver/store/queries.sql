@@ -269,24 +269,15 @@ FROM job;
 -- name: final_events
 -- The feed of final job events (jobserver.store.feed) after the cursor
 -- (%(txid)s, %(position)s), in commit order: only rows written by transactions older
--- than the horizon (see feed_head), which have all ended, so that no row can later
--- appear before the cursor. The first three conditions are the partial index
--- ix_job_events_finals's own predicate, spelled the same so that it is used.
-WITH horizon AS (
-  SELECT COALESCE(
-    (SELECT MIN(CAST(CAST(x AS text) AS bigint))
-     FROM pg_snapshot_xip(pg_current_snapshot()) AS x
-     WHERE xid(x) NOT IN (SELECT backend_xid FROM pg_stat_activity
-                          WHERE backend_xid IS NOT NULL
-                            AND datname <> current_database())),
-    CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint)) AS txid
-)
+-- than %(horizon)s (feed_horizon, read just before), which have all ended, so that no
+-- row can later appear before the cursor. The first three conditions are the partial
+-- index ix_job_events_finals's own predicate, spelled the same so that it is used.
 SELECT e.id, e.txid, e.job_id, j.name, j.idempotency_key, e.to_state, e.at
 FROM job_events AS e JOIN jobs AS j ON j.id = e.job_id
 WHERE e.txid IS NOT NULL AND e.step IS NULL
   AND e.to_state IN ('SUCCEED', 'ERROR', 'DISCARDED', 'STOPPED')
   AND (e.txid, e.id) > (CAST(%(txid)s AS bigint), CAST(%(position)s AS bigint))
-  AND e.txid < (SELECT txid FROM horizon)
+  AND e.txid < CAST(%(horizon)s AS bigint)
 ORDER BY e.txid, e.id
 LIMIT %(limit)s;
 
@@ -301,21 +292,22 @@ ORDER BY e.id
 LIMIT :limit;
 
 
--- name: feed_head
+-- name: feed_horizon
 -- The horizon: the oldest transaction of this database still running, as this
 -- statement's snapshot sees it (every older one has ended), or the snapshot's xmax
 -- when none runs. Transaction ids are cluster-wide: one that pg_stat_activity shows
 -- running in another database is left out, so that a long transaction elsewhere
 -- does not hold this feed back. One that ended between the snapshot and that read
 -- is kept in (it cannot be placed), which only makes the horizon earlier: a row is
--- read late, never skipped. Also where a new reader starts: rows of transactions at
--- or after the horizon are still to come.
+-- read late, never skipped. Every transaction below it had ended when this
+-- statement began, so a later statement sees all of their rows. Also where a new
+-- reader starts: rows of transactions at or after the horizon are still to come.
 SELECT COALESCE(
   (SELECT MIN(CAST(CAST(x AS text) AS bigint))
    FROM pg_snapshot_xip(pg_current_snapshot()) AS x
    WHERE xid(x) NOT IN (SELECT backend_xid FROM pg_stat_activity
                         WHERE backend_xid IS NOT NULL AND datname <> current_database())),
-  CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint)), 0;
+  CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint));
 
 
 -- name: feed_head.sqlite

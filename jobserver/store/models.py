@@ -253,3 +253,4 @@ class ApiTokenRow(Base):
 # The planners' tables live in their packages; importing them here puts them in
 # Base.metadata, which migrations and the drift test compare against.
 from jobserver.schedules import tables as _schedule_tables  # noqa: E402,F401
+from jobserver.datasets import tables as _dataset_tables  # noqa: E402,F401

@@ -85,8 +85,9 @@ _ERROR_TEXT = {
     401: "missing, unknown, revoked or expired token",
     403: "the token lacks the route's scope (details name it), or the 'shell' scope for "
          "a job with shell steps",
-    404: "no such job or schedule",
-    409: "conflict (illegal transition, idempotency key reuse, a schedule that exists)",
+    404: "no such job, schedule, dataset or partition",
+    409: "conflict (illegal transition, idempotency key reuse, a schedule, dataset or "
+         "partition that exists, a key change of a dataset with partitions)",
     413: "body larger than api.max_body_bytes", 422: "invalid request; details name the fields",
     429: "the token submits faster than api.submit_rate; retry after Retry-After seconds"}
 _ERROR_HEADERS = {
@@ -213,25 +214,29 @@ def _paths() -> dict[str, Any]:
 def document() -> dict[str, Any]:
     # Imported here: the schedules' part of the document is built from this module's
     # helpers.
+    from jobserver.datasets import openapi as datasets
+    from jobserver.datasets.spec import DatasetSpec
     from jobserver.schedules import openapi as schedules
     from jobserver.schedules.spec import ScheduleSpec
 
-    _, schemas = models_json_schema([(JobSpec, "validation"), (ScheduleSpec, "validation")],
-                                    ref_template=REF)
+    _, schemas = models_json_schema([(JobSpec, "validation"), (ScheduleSpec, "validation"),
+                                     (DatasetSpec, "validation")], ref_template=REF)
     components = dict(schemas.get("$defs", {}))
     components.update(Step=STEP, Job=JOB, Event=EVENT, Node=NODE, Error=ERROR)
     components.update(schedules.schemas(components))
+    components.update(datasets.schemas(components))
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobserver", "version": __version__},
-        "paths": {**_paths(), **schedules.paths()},
+        "paths": {**_paths(), **schedules.paths(), **datasets.paths()},
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (
                 "A token from api.tokens (every scope) or from `jobserver token create` "
                 "with scopes: read (GET routes), submit (jobs; creating and updating "
-                "schedules), shell (jobs and schedule templates with shell steps, with "
-                "submit), operate (pause, resume, rerun, discard; enabling, disabling and "
-                "deleting schedules), admin.")}}},
+                "schedules and datasets; adding partitions), shell (jobs and schedule "
+                "templates with shell steps, with submit), operate (pause, resume, rerun, "
+                "discard; enabling, disabling and deleting schedules; deleting datasets "
+                "and partitions), admin.")}}},
         "security": [{"bearer": []}],
     }
 

@@ -6,6 +6,7 @@ document cannot drift from what the server accepts.
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 from typing import Any
 
@@ -129,6 +130,33 @@ def _job_id() -> dict[str, Any]:
 
 def query_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+def named_params() -> list[dict[str, Any]]:
+    """The ``{namespace}`` and ``{name}`` of a planner resource's path."""
+    from jobserver.schedules.spec import IDENT
+
+    schema = {"type": "string", "pattern": f"^{IDENT}$"}
+    return [{"name": name, "in": "path", "required": True, "schema": schema}
+            for name in ("namespace", "name")]
+
+
+def named_links(operations: list[tuple[str, str]]) -> dict[str, Any]:
+    """Links from a returned planner resource (its ``namespace`` and ``name``) to the
+    ``(link name, operationId)`` pairs; schemathesis' stateful phase follows them."""
+    parameters = {"namespace": "$response.body#/namespace", "name": "$response.body#/name"}
+    return {name: {"operationId": operation, "parameters": parameters}
+            for name, operation in operations}
+
+
+def put_body(schema: dict[str, Any]) -> dict[str, Any]:
+    """A resource's spec schema as a PUT body: namespace and name come from the URL."""
+    put = copy.deepcopy(schema)
+    put["required"] = [name for name in put.get("required", [])
+                       if name not in ("namespace", "name")]
+    put["description"] = ("namespace and name default to the URL's; when given, they must "
+                          "be the URL's")
+    return put
 
 
 def _paths() -> dict[str, Any]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from jobserver.api.openapi import errors, exact, json_response, query_param, ref
+from jobserver.api.openapi import (errors, exact, json_response, named_links, named_params,
+                                   put_body, query_param, ref)
 from jobserver.datasets.filters import MAX_CONDITIONS
 from jobserver.datasets.keys import MAX_FIELDS
 from jobserver.datasets.spec import MAX_BATCH, MAX_LOCATION_BYTES
@@ -72,29 +73,20 @@ DELETE = {"type": "object", "required": ["keys"], "additionalProperties": False,
 
 def schemas(components: dict[str, Any]) -> dict[str, Any]:
     """The response schemas and request bodies; DatasetSpec is pydantic's."""
-    put = copy.deepcopy(components["DatasetSpec"])
-    put["required"] = [name for name in put.get("required", [])
-                       if name not in ("namespace", "name")]
-    put["description"] = ("namespace and name default to the URL's; when given, they must "
-                          "be the URL's")
     return {"Dataset": DATASET, "Partition": PARTITION, "NewPartition": NEW_PARTITION,
             "PartitionAdd": ADD, "PartitionAddResult": ADD_RESULT,
-            "DatasetPutResult": PUT_RESULT, "DatasetPut": put, "PartitionDelete": DELETE}
+            "DatasetPutResult": PUT_RESULT, "DatasetPut": put_body(components["DatasetSpec"]),
+            "PartitionDelete": DELETE}
 
 
-def _path_params() -> list[dict[str, Any]]:
-    schema = {"type": "string", "pattern": f"^{IDENT}$"}
-    return [{"name": name, "in": "path", "required": True, "schema": schema}
-            for name in ("namespace", "name")]
+_path_params = named_params
 
 
 def _links() -> dict[str, Any]:
-    """Where a returned dataset leads (schemathesis' stateful phase follows these)."""
-    parameters = {"namespace": "$response.body#/namespace", "name": "$response.body#/name"}
-    return {name: {"operationId": operation, "parameters": parameters}
-            for name, operation in (
-                ("GetDataset", "get_dataset"), ("ListPartitions", "list_partitions"),
-                ("AddPartitions", "add_partitions"), ("DeleteDataset", "delete_dataset"))}
+    """Where a returned dataset leads."""
+    return named_links([("GetDataset", "get_dataset"), ("ListPartitions", "list_partitions"),
+                        ("AddPartitions", "add_partitions"),
+                        ("DeleteDataset", "delete_dataset")])
 
 
 EXAMPLE = {"name": "raw", "description": "raw orders by day and shop",

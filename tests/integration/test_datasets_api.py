@@ -15,6 +15,7 @@ from flask.testing import FlaskClient
 from jobserver.api import create_app
 from jobserver.config import load_config
 from jobserver.store import Store
+from tests.integration.test_schedules_api import error_of, fields_of, ok
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -29,21 +30,6 @@ KEY = [{"name": "date", "type": "date"}, {"name": "hour", "type": "int"},
 def client(store: Store, tmp_path: Path) -> FlaskClient:
     environ = {"JOBSERVER_DATA_DIR": str(tmp_path / "data"), "JOBSERVER_API__TOKENS": TOKEN}
     return create_app(load_config(environ=environ), store=store).test_client()
-
-
-def ok(response: Any, status: int = 200) -> Any:
-    assert response.status_code == status, response.get_data(as_text=True)
-    return response.get_json()
-
-
-def error_of(response: Any, status: int) -> dict[str, Any]:
-    assert response.status_code == status and response.is_json, response.get_data(as_text=True)
-    return response.get_json()["error"]
-
-
-def fields_of(error: dict[str, Any]) -> list[str]:
-    details = error["details"] if isinstance(error["details"], list) else [error["details"]]
-    return [item.get("field") for item in details if item]
 
 
 def part(date: str = "2026-11-01", hour: int = 0, shop: str = "berlin",

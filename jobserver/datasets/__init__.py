@@ -11,7 +11,9 @@ The package: ``keys`` (field types, how values are checked and stored), ``spec``
 (what a user writes, validated), ``filters`` (the condition grammar, as SQL and in
 Python), ``tables`` (the schema), ``records``, ``catalog`` (datasets: ``store.datasets``),
 ``partitions`` (adding, removing, querying and the ordered read:
-``store.partitions``), ``outputs`` (partitions that job steps write), ``api`` with
+``store.partitions``), ``feed`` (new partitions per dataset since a saved cursor:
+the seam for partition triggers and consumers), ``outputs`` (partitions that job
+steps write), ``api`` with
 ``serialize`` and ``openapi`` (the HTTP routes); the command line is
 ``jobserver.cli_datasets`` and ``jobserver.apply``.
 """

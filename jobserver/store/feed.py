@@ -24,6 +24,7 @@ and a commit acts on them once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -89,17 +90,19 @@ def _time(value: datetime | str) -> datetime:
     return stamp
 
 
-def load_cursor(conn: Connection, name: str) -> Cursor:
-    """The saved cursor of the reader ``name``; a new reader starts at the head
-    (after every row already committed), and is saved there."""
+def load_cursor(conn: Connection, name: str,
+                head: Callable[[Connection], Cursor] | None = None) -> Cursor:
+    """The saved cursor of the reader ``name``; a new reader starts at ``head`` (by
+    default the final job events' :func:`head_of`: after every row already
+    committed), and is saved there."""
     row = conn.execute(select(feed_cursors.c.txid, feed_cursors.c.position)
                        .where(feed_cursors.c.name == name)).first()
     if row is not None:
         return Cursor(int(row[0]), int(row[1]))
-    head = head_of(conn)
-    conn.execute(insert(feed_cursors).values(name=name, txid=head.txid,
-                                             position=head.position, updated_at=store_now()))
-    return head
+    start = (head or head_of)(conn)
+    conn.execute(insert(feed_cursors).values(name=name, txid=start.txid,
+                                             position=start.position, updated_at=store_now()))
+    return start
 
 
 def head_of(conn: Connection) -> Cursor:

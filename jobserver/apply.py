@@ -3,8 +3,10 @@
 The file holds YAML documents (separated by ``---``), each one resource with a
 ``kind``. ``kind: Schedule`` carries a schedule spec's fields at the top level
 (``namespace`` defaults to ``default``), optionally ``enabled: true|false`` (left out:
-a new schedule is disabled, an existing one keeps its flag) and ``deleted: true`` to
-delete the schedule if it exists (every other field is then ignored).
+a new schedule is disabled, an existing one keeps its flag); ``kind: Dataset`` a
+dataset's (``name``, ``namespace``, ``description``, ``key``). ``deleted: true``
+deletes the resource if it exists (every other field is then ignored; a dataset goes
+with its partitions).
 
 All documents are checked before anything changes: each is sent as a dry run, and
 if the server refuses any of them (or one is not a resource at all) each refusal is
@@ -60,9 +62,13 @@ class Resource(Protocol):
     def apply(self, client: Client, dry_run: bool) -> Outcome: ...
 
 
-class ScheduleResource:
-    """A ``kind: Schedule`` document: ``PUT /api/v1/schedules/<ns>/<name>`` with the
-    document (bar ``kind``) as the body, or a delete."""
+class PutResource:
+    """A document of a kind the API puts whole (``kind: Schedule``, ``kind: Dataset``):
+    ``PUT /api/v1/<collection>/<ns>/<name>`` with the document (bar ``kind``) as the
+    body, or a delete."""
+
+    collection = ""
+    noun = ""
 
     def __init__(self, document: dict[str, Any]) -> None:
         self.body = {key: value for key, value in document.items()
@@ -72,25 +78,38 @@ class ScheduleResource:
             _refuse("deleted", "expected true or false")
         self.namespace = _name(self.body, "namespace", "default")
         self.name = _name(self.body, "name")
-        self.label = f"schedule {self.namespace}/{self.name}"
+        self.label = f"{self.noun} {self.namespace}/{self.name}"
 
     def apply(self, client: Client, dry_run: bool) -> Outcome:
         if self.deleted:
             return self._delete(client, dry_run)
-        reply = client.put_schedule(self.namespace, self.name, self.body, dry_run)
+        reply = client.put_resource(self.collection, self.namespace, self.name, self.body,
+                                    dry_run)
         return Outcome(reply["change"], tuple(reply["changed"]))
 
     def _delete(self, client: Client, dry_run: bool) -> Outcome:
         try:
             if dry_run:
-                client.schedule(self.namespace, self.name)
+                client.resource(self.collection, self.namespace, self.name)
             else:
-                client.delete_schedule(self.namespace, self.name)
+                client.delete_resource(self.collection, self.namespace, self.name)
         except ApiError as exc:
             if exc.status == 404:
                 return Outcome(UNCHANGED, absent=True)
             raise
         return Outcome(DELETED)
+
+
+class ScheduleResource(PutResource):
+    """A ``kind: Schedule`` document; ``enabled`` travels in the body."""
+
+    collection, noun = "schedules", "schedule"
+
+
+class DatasetResource(PutResource):
+    """A ``kind: Dataset`` document. Deleting a dataset deletes its partitions."""
+
+    collection, noun = "datasets", "dataset"
 
 
 def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
@@ -102,8 +121,9 @@ def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
     return value
 
 
-#: What each ``kind`` is applied as; later kinds (datasets, views, batches) add theirs.
-KINDS: dict[str, Callable[[dict[str, Any]], Resource]] = {"Schedule": ScheduleResource}
+#: What each ``kind`` is applied as; later kinds (views, batches) add theirs.
+KINDS: dict[str, Callable[[dict[str, Any]], Resource]] = {"Schedule": ScheduleResource,
+                                                          "Dataset": DatasetResource}
 
 
 class Problem(NamedTuple):

@@ -33,7 +33,7 @@ class Client:
         url = self.url + path
         if query:
             url += "?" + urllib.parse.urlencode({k: _query_value(v) for k, v in query.items()
-                                                 if v is not None})
+                                                 if v is not None}, doseq=True)
         data = None if body is None else (body if isinstance(body, bytes)
                                           else json.dumps(body).encode())
         request = urllib.request.Request(url, data=data, method=method)
@@ -68,33 +68,60 @@ class Client:
     def operate(self, job_id: int, action: str) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/jobs/{job_id}/{action}")
 
+    # -- resources: schedules, datasets ---------------------------------------------------
+    def resource(self, collection: str, namespace: str, name: str) -> dict[str, Any]:
+        return self.request("GET", _path(collection, namespace, name))
+
+    def put_resource(self, collection: str, namespace: str, name: str, body: dict[str, Any],
+                     dry_run: bool = False) -> dict[str, Any]:
+        """Create or update to match ``body``: ``{<noun>, "change", "changed",
+        "dry_run"}``."""
+        return self.request("PUT", _path(collection, namespace, name), body,
+                            query={"dry_run": dry_run})
+
+    def delete_resource(self, collection: str, namespace: str, name: str) -> None:
+        self.request("DELETE", _path(collection, namespace, name))
+
     # -- schedules ------------------------------------------------------------------------
     def schedules(self, **query: Any) -> dict[str, Any]:
         return self.request("GET", "/api/v1/schedules", query=query)
 
     def schedule(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.request("GET", _schedule_path(namespace, name))
+        return self.resource("schedules", namespace, name)
 
     def put_schedule(self, namespace: str, name: str, body: dict[str, Any],
                      dry_run: bool = False) -> dict[str, Any]:
-        """Create or update to match ``body``: ``{"schedule", "change", "changed",
-        "dry_run"}``."""
-        return self.request("PUT", _schedule_path(namespace, name), body,
-                            query={"dry_run": dry_run})
+        return self.put_resource("schedules", namespace, name, body, dry_run)
 
     def schedule_action(self, namespace: str, name: str, action: str) -> dict[str, Any]:
         """``enable`` or ``disable``; returns the schedule."""
-        return self.request("POST", f"{_schedule_path(namespace, name)}/{action}")
+        return self.request("POST", f"{_path('schedules', namespace, name)}/{action}")
 
     def delete_schedule(self, namespace: str, name: str) -> None:
-        self.request("DELETE", _schedule_path(namespace, name))
+        self.delete_resource("schedules", namespace, name)
 
     def schedule_jobs(self, namespace: str, name: str, **query: Any) -> dict[str, Any]:
-        return self.request("GET", f"{_schedule_path(namespace, name)}/jobs", query=query)
+        return self.request("GET", f"{_path('schedules', namespace, name)}/jobs", query=query)
 
     def schedule_evaluations(self, namespace: str, name: str, **query: Any) -> dict[str, Any]:
-        return self.request("GET", f"{_schedule_path(namespace, name)}/evaluations",
+        return self.request("GET", f"{_path('schedules', namespace, name)}/evaluations",
                             query=query)
+
+    # -- datasets and partitions ---------------------------------------------------------
+    def datasets(self, **query: Any) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/datasets", query=query)
+
+    def partitions(self, namespace: str, name: str, **query: Any) -> dict[str, Any]:
+        """A page of partitions; ``where`` is a list of conditions."""
+        return self.request("GET", f"{_path('datasets', namespace, name)}/partitions",
+                            query=query)
+
+    def add_partitions(self, namespace: str, name: str, body: Any) -> dict[str, Any]:
+        return self.request("POST", f"{_path('datasets', namespace, name)}/partitions", body)
+
+    def delete_partitions(self, namespace: str, name: str, body: Any) -> dict[str, Any]:
+        return self.request("DELETE", f"{_path('datasets', namespace, name)}/partitions",
+                            body)
 
     def cluster(self) -> dict[str, Any]:
         return self.request("GET", "/api/v1/cluster")
@@ -112,6 +139,6 @@ def _query_value(value: Any) -> Any:
     return ("true" if value else "false") if isinstance(value, bool) else value
 
 
-def _schedule_path(namespace: str, name: str) -> str:
+def _path(collection: str, namespace: str, name: str) -> str:
     quote = urllib.parse.quote
-    return f"/api/v1/schedules/{quote(namespace, safe='')}/{quote(name, safe='')}"
+    return f"/api/v1/{collection}/{quote(namespace, safe='')}/{quote(name, safe='')}"

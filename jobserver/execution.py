@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from jobserver.completer import RETRY_FOR, Completer
 from jobserver.config import ShellStepConfig
+from jobserver.datasets.outputs import OutputError, add_outputs
 from jobserver.events import EventBus, NodeEvent, StateChange
 from jobserver.exceptions import FencedOff, StoreUnavailable
 from jobserver.logs import job_fields
@@ -232,7 +233,7 @@ class JobExecution:
                 self.cancel(StopReason.OPERATOR)
                 return StepOutcome(State.STOPPED, error="job no longer running")
             self._publish(State.READY, State.RUNNING, step, attempt=attempt)
-            outcome = self._invoke(step, attempt)
+            outcome = self._add_partitions(step, self._invoke(step, attempt))
             if (outcome.state is State.ERROR and outcome.retryable and retries_left > 0
                     and not self.cancelled.is_set()):
                 delay = min(step.retry_backoff * 2 ** (step.retries - retries_left), MAX_BACKOFF)
@@ -249,6 +250,20 @@ class JobExecution:
             else:
                 self._record_step(step, attempt, outcome)
             return outcome
+
+    def _add_partitions(self, step: StepRecord, outcome: StepOutcome) -> StepOutcome:
+        """Add the partitions a successful step output, before its SUCCEED is written
+        (:mod:`jobserver.datasets.outputs`); output that cannot be added fails the step."""
+        if outcome.state is not State.SUCCEED or not outcome.partitions:
+            return outcome
+        try:
+            added = self._retrying(add_outputs, self._store, self.token, step.name,
+                                   outcome.partitions)
+        except OutputError as exc:
+            return replace(outcome, state=State.ERROR, error=exc.message, retryable=False)
+        log.info("job %s step %s: %d partition(s) added", self.job.id, step.name, added,
+                 extra=self.log_fields(step.name))
+        return outcome
 
     def _complete(self, step: StepRecord, attempt: int, outcome: StepOutcome) -> None:
         """The job's last write: the step's outcome and the job's final state together.

@@ -6,6 +6,7 @@ document cannot drift from what the server accepts.
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 from typing import Any
 
@@ -85,8 +86,9 @@ _ERROR_TEXT = {
     401: "missing, unknown, revoked or expired token",
     403: "the token lacks the route's scope (details name it), or the 'shell' scope for "
          "a job with shell steps",
-    404: "no such job or schedule",
-    409: "conflict (illegal transition, idempotency key reuse, a schedule that exists)",
+    404: "no such job, schedule, dataset or partition",
+    409: "conflict (illegal transition, idempotency key reuse, a schedule, dataset or "
+         "partition that exists, a key change of a dataset with partitions)",
     413: "body larger than api.max_body_bytes", 422: "invalid request; details name the fields",
     429: "the token submits faster than api.submit_rate; retry after Retry-After seconds"}
 _ERROR_HEADERS = {
@@ -128,6 +130,33 @@ def _job_id() -> dict[str, Any]:
 
 def query_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+def named_params() -> list[dict[str, Any]]:
+    """The ``{namespace}`` and ``{name}`` of a planner resource's path."""
+    from jobserver.schedules.spec import IDENT
+
+    schema = {"type": "string", "pattern": f"^{IDENT}$"}
+    return [{"name": name, "in": "path", "required": True, "schema": schema}
+            for name in ("namespace", "name")]
+
+
+def named_links(operations: list[tuple[str, str]]) -> dict[str, Any]:
+    """Links from a returned planner resource (its ``namespace`` and ``name``) to the
+    ``(link name, operationId)`` pairs; schemathesis' stateful phase follows them."""
+    parameters = {"namespace": "$response.body#/namespace", "name": "$response.body#/name"}
+    return {name: {"operationId": operation, "parameters": parameters}
+            for name, operation in operations}
+
+
+def put_body(schema: dict[str, Any]) -> dict[str, Any]:
+    """A resource's spec schema as a PUT body: namespace and name come from the URL."""
+    put = copy.deepcopy(schema)
+    put["required"] = [name for name in put.get("required", [])
+                       if name not in ("namespace", "name")]
+    put["description"] = ("namespace and name default to the URL's; when given, they must "
+                          "be the URL's")
+    return put
 
 
 def _paths() -> dict[str, Any]:
@@ -213,25 +242,29 @@ def _paths() -> dict[str, Any]:
 def document() -> dict[str, Any]:
     # Imported here: the schedules' part of the document is built from this module's
     # helpers.
+    from jobserver.datasets import openapi as datasets
+    from jobserver.datasets.spec import DatasetSpec
     from jobserver.schedules import openapi as schedules
     from jobserver.schedules.spec import ScheduleSpec
 
-    _, schemas = models_json_schema([(JobSpec, "validation"), (ScheduleSpec, "validation")],
-                                    ref_template=REF)
+    _, schemas = models_json_schema([(JobSpec, "validation"), (ScheduleSpec, "validation"),
+                                     (DatasetSpec, "validation")], ref_template=REF)
     components = dict(schemas.get("$defs", {}))
     components.update(Step=STEP, Job=JOB, Event=EVENT, Node=NODE, Error=ERROR)
     components.update(schedules.schemas(components))
+    components.update(datasets.schemas(components))
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobserver", "version": __version__},
-        "paths": {**_paths(), **schedules.paths()},
+        "paths": {**_paths(), **schedules.paths(), **datasets.paths()},
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (
                 "A token from api.tokens (every scope) or from `jobserver token create` "
                 "with scopes: read (GET routes), submit (jobs; creating and updating "
-                "schedules), shell (jobs and schedule templates with shell steps, with "
-                "submit), operate (pause, resume, rerun, discard; enabling, disabling and "
-                "deleting schedules), admin.")}}},
+                "schedules and datasets; adding partitions), shell (jobs and schedule "
+                "templates with shell steps, with submit), operate (pause, resume, rerun, "
+                "discard; enabling, disabling and deleting schedules; deleting datasets "
+                "and partitions), admin.")}}},
         "security": [{"bearer": []}],
     }
 

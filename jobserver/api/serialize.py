@@ -8,8 +8,12 @@ from typing import Any
 from jobserver.store.records import EventRecord, JobRecord, ServerRecord, StepRecord
 
 
-def _time(value: datetime | None) -> str | None:
+def time_text(value: datetime | None) -> str | None:
+    """A time as every route writes it: ISO 8601 in UTC with a ``Z``."""
     return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+_time = time_text
 
 
 def step_json(step: StepRecord) -> dict[str, Any]:

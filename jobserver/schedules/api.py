@@ -10,31 +10,30 @@ disable and delete ``operate``.
 
 from __future__ import annotations
 
-import json
-from typing import Any, TypeVar
+from typing import Any
 
-from flask import Blueprint, g, request
+from flask import Blueprint, g
 from flask.typing import ResponseReturnValue
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from jobserver.api import api
 from jobserver.api.auth import check_step_types
-from jobserver.exceptions import Forbidden, InvalidRequest, MalformedRequest
+from jobserver.api.requests import ID_CURSOR, named_as_url
+from jobserver.api.requests import id_cursor as _before
+from jobserver.api.requests import json_object as _body
+from jobserver.api.requests import no_body as _no_body
+from jobserver.api.requests import parse_query as _query
+from jobserver.exceptions import Forbidden, InvalidRequest
 from jobserver.schedules.catalog import CREATED, MAX_PAGE
 from jobserver.schedules.records import SCHEDULE_JOB_STATES
 from jobserver.schedules.serialize import evaluation_json, schedule_job_json, schedule_json
 from jobserver.schedules.spec import IDENT, ScheduleSpec, parse_schedule
-from jobserver.spec import field_path
 
 blueprint = Blueprint("schedules", __name__, url_prefix="/api/v1/schedules")
 
 SCHEDULE = "/<namespace>/<name>"
-MAX_ID = 2**63 - 1
-ID_CURSOR = r"^[1-9][0-9]{0,18}$"
 #: A page of schedules continues after "namespace/name".
 NAME_CURSOR = rf"^{IDENT}/{IDENT}$"
-
-Query = TypeVar("Query", bound=BaseModel)
 
 
 class _Query(BaseModel):
@@ -64,32 +63,6 @@ class EvaluationsQuery(_Query):
     cursor: str | None = Field(default=None, pattern=ID_CURSOR)
 
 
-def _query(model: type[Query]) -> Query:
-    try:
-        return model.model_validate(request.args.to_dict())
-    except ValidationError as exc:
-        details = [{"field": field_path(e["loc"]),
-                    "message": "unknown query parameter" if e["type"] == "extra_forbidden"
-                    else e["msg"]} for e in exc.errors()]
-        raise InvalidRequest(f"{details[0]['field']}: {details[0]['message']}", details) from None
-
-
-def _body() -> dict[str, Any]:
-    """The request's JSON object (anything else is left to the spec's parser)."""
-    if not request.is_json:
-        raise InvalidRequest("Content-Type must be application/json",
-                             [{"field": "Content-Type", "message": "expected application/json"}])
-    try:
-        body = json.loads(request.get_data(cache=False))
-    except ValueError:  # also bytes that are not UTF-8
-        raise MalformedRequest("request body is not valid JSON",
-                               [{"field": "body", "message": "malformed JSON"}]) from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("body: expected a JSON object",
-                             [{"field": "body", "message": "expected a JSON object"}])
-    return body
-
-
 def _spec(body: dict[str, Any]) -> tuple[ScheduleSpec, bool | None]:
     """Parse a body into a spec and its ``enabled``, checking that the caller may
     submit the template."""
@@ -108,16 +81,6 @@ def _spec(body: dict[str, Any]) -> tuple[ScheduleSpec, bool | None]:
 
 def _location(namespace: str, name: str) -> dict[str, str]:
     return {"Location": f"/api/v1/schedules/{namespace}/{name}"}
-
-
-def _no_body(action: str) -> None:
-    if request.get_data(cache=False).strip() not in (b"", b"{}"):
-        raise InvalidRequest(f"{action} takes no request body",
-                             [{"field": "body", "message": "must be empty or {}"}])
-
-
-def _before(cursor: str | None) -> int | None:
-    return min(int(cursor), MAX_ID) if cursor else None
 
 
 @blueprint.get("")
@@ -150,13 +113,7 @@ def put_schedule(namespace: str, name: str) -> ResponseReturnValue:
     """Create or update the schedule to match the body; the body's namespace and name,
     when given, must be the URL's."""
     dry_run = _query(PutQuery).dry_run
-    body = _body()
-    for field, value in (("namespace", namespace), ("name", name)):
-        if body.setdefault(field, value) != value:
-            raise InvalidRequest(f"{field}: does not match the URL ({value!r})",
-                                 [{"field": field, "message": f"must be {value!r} as in "
-                                                            "the URL, or left out"}])
-    spec, enabled = _spec(body)
+    spec, enabled = _spec(named_as_url(_body(), namespace, name))
     result = api().store.schedules.put(spec, enabled, dry_run)
     reply = {"schedule": None if result.schedule is None else schedule_json(result.schedule),
              "change": result.change, "changed": result.changed, "dry_run": dry_run}

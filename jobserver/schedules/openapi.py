@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from jobserver.api.openapi import errors, exact, json_response, query_param, ref
+from jobserver.api.openapi import (errors, exact, json_response, named_links, named_params,
+                                   put_body, query_param, ref)
 from jobserver.schedules.records import SCHEDULE_JOB_STATES
 from jobserver.schedules.spec import IDENT
 
@@ -50,30 +51,21 @@ def schemas(components: dict[str, Any]) -> dict[str, Any]:
     request["properties"]["enabled"] = {
         "type": "boolean", "description": "enable or disable the schedule as well; a new "
                                           "schedule is disabled unless this is true"}
-    put = copy.deepcopy(request)
-    put["required"] = [name for name in put.get("required", [])
-                       if name not in ("namespace", "name")]
-    put["description"] = ("namespace and name default to the URL's; when given, they must "
-                          "be the URL's")
+    put = put_body(request)
     return {"Schedule": SCHEDULE, "ScheduleJob": SCHEDULE_JOB, "Evaluation": EVALUATION,
             "PutResult": PUT_RESULT, "ScheduleRequest": request, "SchedulePut": put}
 
 
-def _path_params() -> list[dict[str, Any]]:
-    schema = {"type": "string", "pattern": f"^{IDENT}$"}
-    return [{"name": name, "in": "path", "required": True, "schema": schema}
-            for name in ("namespace", "name")]
+_path_params = named_params
 
 
 def _links() -> dict[str, Any]:
-    """Where a returned schedule leads (schemathesis' stateful phase follows these)."""
-    parameters = {"namespace": "$response.body#/namespace", "name": "$response.body#/name"}
-    return {name: {"operationId": operation, "parameters": parameters}
-            for name, operation in (
-                ("GetSchedule", "get_schedule"), ("EnableSchedule", "enable_schedule"),
-                ("DisableSchedule", "disable_schedule"), ("ScheduleJobs", "schedule_jobs"),
-                ("ScheduleEvaluations", "schedule_evaluations"),
-                ("DeleteSchedule", "delete_schedule"))}
+    """Where a returned schedule leads."""
+    return named_links([("GetSchedule", "get_schedule"), ("EnableSchedule", "enable_schedule"),
+                        ("DisableSchedule", "disable_schedule"),
+                        ("ScheduleJobs", "schedule_jobs"),
+                        ("ScheduleEvaluations", "schedule_evaluations"),
+                        ("DeleteSchedule", "delete_schedule")])
 
 
 def _schedule(description: str, with_location: bool = False) -> dict[str, Any]:

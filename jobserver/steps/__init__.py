@@ -36,6 +36,16 @@ class StepContext:
 StepFunction = Callable[[dict[str, Any], StepContext], StepOutcome]
 
 
+@dataclass
+class StepResult:
+    """What a python step may return besides a dict of metrics: its metrics and the
+    partitions it adds to datasets (each ``{"dataset", "key", "location",
+    "metadata"}``; see :mod:`jobserver.datasets.outputs`)."""
+
+    metrics: dict[str, Any] | None = None
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+
+
 def run_noop(spec: dict[str, Any], ctx: StepContext) -> StepOutcome:
     return StepOutcome(State.SUCCEED, wall_seconds=time.monotonic() - ctx.started_monotonic)
 

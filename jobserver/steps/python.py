@@ -3,7 +3,8 @@
 Callables come from code (:meth:`PythonSteps.register`) or from installed packages
 through the ``jobserver.steps`` entry-point group. A job names one; a name that is not
 registered is refused at submit time. A callable is called as ``fn(ctx, **args)`` and
-may return a dict of metrics (for instance ``{"records_written": 1200}``).
+may return a dict of metrics (for instance ``{"records_written": 1200}``), or a
+:class:`~jobserver.steps.StepResult` with metrics and the partitions it adds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from jobserver.exceptions import StepFailed
 from jobserver.states import State
+from jobserver.steps import StepResult
 from jobserver.store.records import StepOutcome
 
 log = logging.getLogger(__name__)
@@ -68,12 +70,17 @@ class PythonSteps:
         wall, cpu = time.monotonic() - started, _cpu() - cpu_before
         if ctx.cancelled.is_set():
             return StepOutcome(State.STOPPED, error="cancelled", wall_seconds=wall)
+        partitions = None
+        if isinstance(result, StepResult):
+            partitions = list(result.partitions) or None
+            result = result.metrics
         if result is not None and not _is_metrics(result):
             return StepOutcome(State.ERROR, wall_seconds=wall, cpu_seconds=cpu,
                                error="python step returned "
-                                     f"{type(result).__name__}; expected a dict or None")
+                                     f"{type(result).__name__}; expected a dict of metrics, "
+                                     "a StepResult or None")
         return StepOutcome(State.SUCCEED, wall_seconds=wall, cpu_seconds=cpu,
-                           metrics=result or None)
+                           metrics=result or None, partitions=partitions)
 
 
 def _cpu() -> float:

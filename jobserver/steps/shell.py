@@ -23,6 +23,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from jobserver.datasets.outputs import ENV as PARTITIONS_ENV
+from jobserver.datasets.outputs import OutputError, read_file
 from jobserver.states import State
 from jobserver.store.records import StepOutcome
 
@@ -61,7 +63,8 @@ class OutputCapture(threading.Thread):
         return (bytes(self._head) + middle + tail).decode("utf-8", errors="replace")
 
 
-def build_env(spec: dict[str, Any], ctx: Any, metrics_file: Path) -> dict[str, str]:
+def build_env(spec: dict[str, Any], ctx: Any, metrics_file: Path,
+              partitions_file: Path | None = None) -> dict[str, str]:
     env = {name: os.environ[name] for name in ctx.shell.env_passthrough if name in os.environ}
     env.update(spec.get("env") or {})
     env.update({
@@ -70,6 +73,8 @@ def build_env(spec: dict[str, Any], ctx: Any, metrics_file: Path) -> dict[str, s
         "JOBSERVER_FENCE": str(ctx.fence), "JOBSERVER_NODE": ctx.node,
         "JOBSERVER_METRICS_FILE": str(metrics_file),
     })
+    if partitions_file is not None:
+        env[PARTITIONS_ENV] = str(partitions_file)
     return env
 
 
@@ -93,7 +98,8 @@ def _command(argv: list[str], env: dict[str, str]) -> list[str]:
 def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
     with tempfile.TemporaryDirectory(prefix="jobserver-step-") as scratch:
         metrics_file = Path(scratch) / "metrics.json"
-        env = build_env(spec, ctx, metrics_file)
+        partitions_file = Path(scratch) / "partitions.jsonl"
+        env = build_env(spec, ctx, metrics_file, partitions_file)
         try:
             proc = subprocess.Popen(_command(spec["argv"], env), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -107,6 +113,7 @@ def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
         _kill_group(proc.pid, signal.SIGKILL)  # leftovers would hold the pipe open
         capture.join(timeout=5)
         metrics, metrics_note = _read_metrics(metrics_file)
+        partitions, partitions_error = _read_partitions(partitions_file, status, reason)
     output = capture.text() + (f"\n[{metrics_note}]" if metrics_note else "")
     audit = {"exit_code": status, "output": output, "metrics": metrics,
              "wall_seconds": time.monotonic() - ctx.started_monotonic,
@@ -118,7 +125,20 @@ def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
     if status != 0:
         what = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
         return StepOutcome(State.ERROR, error=what, **audit)
-    return StepOutcome(State.SUCCEED, **audit)
+    if partitions_error:
+        return StepOutcome(State.ERROR, error=partitions_error, retryable=False, **audit)
+    return StepOutcome(State.SUCCEED, partitions=partitions, **audit)
+
+
+def _read_partitions(path: Path, status: int, reason: str | None,
+                     ) -> tuple[list[Any] | None, str | None]:
+    """The partitions a successful step wrote, or why they cannot be read."""
+    if status != 0 or reason is not None:
+        return None, None
+    try:
+        return read_file(path) or None, None
+    except OutputError as exc:
+        return None, exc.message
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None,

@@ -3,8 +3,9 @@
 :class:`Store` owns the engine and hands out repositories by concern — ``jobs`` (what
 the API does), ``runs`` (what schedulers and runners do), ``servers`` (nodes and
 heartbeats), ``epochs`` (fence counters for lock backends), ``tokens`` (API
-tokens) and ``schedules`` (the schedule catalog users change, see
-:mod:`jobserver.schedules.catalog`).
+tokens), ``schedules`` (the schedule catalog users change, see
+:mod:`jobserver.schedules.catalog`), ``datasets`` and ``partitions`` (see
+:mod:`jobserver.datasets`).
 
 Every statement runs inside :class:`Transactions`, whose context managers raise
 :class:`~jobserver.exceptions.StoreError` (and its kinds, see
@@ -97,6 +98,8 @@ class Transactions:
 class Store:
     def __init__(self, url: str, pool_size: int = 5, notify: bool = True,
                  stall_timeout: float | None = None) -> None:
+        from jobserver.datasets.catalog import DatasetCatalog
+        from jobserver.datasets.partitions import PartitionRepository
         from jobserver.schedules.catalog import ScheduleCatalog
         from jobserver.store.epochs import EpochRepository
         from jobserver.store.jobs import JobRepository
@@ -113,6 +116,8 @@ class Store:
         self.epochs = EpochRepository(self.tx)
         self.tokens = TokenRepository(self.tx)
         self.schedules = ScheduleCatalog(self.tx)
+        self.datasets = DatasetCatalog(self.tx)
+        self.partitions = PartitionRepository(self.tx, self.datasets)
 
     @property
     def dialect(self) -> str:

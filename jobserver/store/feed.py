@@ -5,13 +5,17 @@ come from a sequence when a row is inserted, but rows become visible when their
 transaction commits, so a transaction holding id 7 may commit after one holding id
 8 was read, and 7 is then behind the cursor for good.
 
-Here every ``job_events`` row carries the id of the transaction that wrote it
-(``txid``), and a reader takes only rows whose transaction is older than the oldest
-one of this database still running (the *horizon*, ``feed_head`` in queries.sql):
-all of those have ended, so no row can appear later below it. Rows are read in (txid, id) order and the cursor is
-the (txid, id) of the last row taken. A row of a long transaction is not skipped,
-only read once that transaction has ended. On SQLite writers are serialised, so id
-order is commit order and the cursor's ``txid`` stays 0.
+Here every row of a feed table (``job_events``, ``partitions``) carries the id of the
+transaction that wrote it (``txid``, a column default: ``models.txid_default``), and
+a reader takes only rows whose transaction is older than the oldest one of this
+database still running (the *horizon*, :func:`horizon`, ``feed_horizon`` in
+queries.sql): all of those have ended, so no row can appear later below it. Rows are
+read in (txid, id) order and the cursor is the (txid, id) of the last row taken. A
+row of a long transaction is not skipped, only read once that transaction has ended.
+On SQLite writers are serialised (``BEGIN IMMEDIATE``), so a row's id is handed out
+while its transaction holds the database's one write lock, and every row with a
+lower id was committed before: id order is commit order and the cursor's ``txid``
+stays 0.
 
 The cursor lives in ``feed_cursors`` and is saved in the caller's transaction, the
 one that acts on what it read: a crash before its commit reads the same rows again,
@@ -20,6 +24,7 @@ and a commit acts on them once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -56,11 +61,20 @@ class FinalEvent:
         return Cursor(self.txid, self.id)
 
 
+def horizon(conn: Connection) -> int:
+    """PostgreSQL: the id of the oldest transaction of this database still running
+    (or the next one to start). Every transaction below it has ended, so a statement
+    run after this one sees all the rows they wrote: a feed reads only rows with a
+    ``txid`` below it."""
+    return int(conn.exec_driver_sql(query("feed_horizon")).scalar_one())
+
+
 def final_events(conn: Connection, after: Cursor, limit: int) -> list[FinalEvent]:
     """Up to ``limit`` final job events after ``after``, in commit order."""
     if conn.dialect.name == "postgresql":
         rows = conn.exec_driver_sql(query("final_events"), {
-            "txid": after.txid, "position": after.position, "limit": limit}).all()
+            "txid": after.txid, "position": after.position, "horizon": horizon(conn),
+            "limit": limit}).all()
     else:
         rows = conn.execute(text(query("final_events.sqlite")),
                             {"position": after.position, "limit": limit}).all()
@@ -76,23 +90,26 @@ def _time(value: datetime | str) -> datetime:
     return stamp
 
 
-def load_cursor(conn: Connection, name: str) -> Cursor:
-    """The saved cursor of the reader ``name``; a new reader starts at the head
-    (after every row already committed), and is saved there."""
+def load_cursor(conn: Connection, name: str,
+                head: Callable[[Connection], Cursor] | None = None) -> Cursor:
+    """The saved cursor of the reader ``name``; a new reader starts at ``head`` (by
+    default the final job events' :func:`head_of`: after every row already
+    committed), and is saved there."""
     row = conn.execute(select(feed_cursors.c.txid, feed_cursors.c.position)
                        .where(feed_cursors.c.name == name)).first()
     if row is not None:
         return Cursor(int(row[0]), int(row[1]))
-    head = head_of(conn)
-    conn.execute(insert(feed_cursors).values(name=name, txid=head.txid,
-                                             position=head.position, updated_at=store_now()))
-    return head
+    start = (head or head_of)(conn)
+    conn.execute(insert(feed_cursors).values(name=name, txid=start.txid,
+                                             position=start.position, updated_at=store_now()))
+    return start
 
 
 def head_of(conn: Connection) -> Cursor:
-    """Where a reader that wants nothing already written starts."""
-    name = "feed_head" if conn.dialect.name == "postgresql" else "feed_head.sqlite"
-    txid, position = conn.exec_driver_sql(query(name)).one()
+    """Where a reader of final job events that wants nothing already written starts."""
+    if conn.dialect.name == "postgresql":
+        return Cursor(horizon(conn), 0)
+    txid, position = conn.exec_driver_sql(query("feed_head.sqlite")).one()
     return Cursor(int(txid), int(position))
 
 

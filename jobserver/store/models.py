@@ -168,12 +168,23 @@ class JobEventRow(Base):
     )
 
 
-#: The PostgreSQL column default of ``job_events.txid``: every writer's rows carry its
-#: transaction id without any insert naming the column.
-TXID_DEFAULT = ("ALTER TABLE job_events ALTER COLUMN txid "
-                "SET DEFAULT CAST(CAST(pg_current_xact_id() AS text) AS bigint)")
-event.listen(JobEventRow.__table__, "after_create",
-             DDL(TXID_DEFAULT).execute_if(dialect="postgresql"))
+def txid_default(table: str) -> str:
+    """The PostgreSQL column default of ``<table>.txid``: every writer's rows carry its
+    transaction id without any insert naming the column. The tables read as ordered
+    feeds (``jobserver.store.feed``) have it: ``job_events`` and ``partitions``."""
+    return (f"ALTER TABLE {table} ALTER COLUMN txid "
+            "SET DEFAULT CAST(CAST(pg_current_xact_id() AS text) AS bigint)")
+
+
+def commit_ordered(table: Any) -> None:
+    """Give ``table``'s ``txid`` column its PostgreSQL default when the models create
+    the table (migrations run :func:`txid_default` themselves)."""
+    event.listen(table, "after_create",
+                 DDL(txid_default(table.name)).execute_if(dialect="postgresql"))
+
+
+TXID_DEFAULT = txid_default("job_events")
+commit_ordered(JobEventRow.__table__)
 
 
 class FeedCursorRow(Base):
@@ -242,3 +253,4 @@ class ApiTokenRow(Base):
 # The planners' tables live in their packages; importing them here puts them in
 # Base.metadata, which migrations and the drift test compare against.
 from jobserver.schedules import tables as _schedule_tables  # noqa: E402,F401
+from jobserver.datasets import tables as _dataset_tables  # noqa: E402,F401

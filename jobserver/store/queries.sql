@@ -269,24 +269,15 @@ FROM job;
 -- name: final_events
 -- The feed of final job events (jobserver.store.feed) after the cursor
 -- (%(txid)s, %(position)s), in commit order: only rows written by transactions older
--- than the horizon (see feed_head), which have all ended, so that no row can later
--- appear before the cursor. The first three conditions are the partial index
--- ix_job_events_finals's own predicate, spelled the same so that it is used.
-WITH horizon AS (
-  SELECT COALESCE(
-    (SELECT MIN(CAST(CAST(x AS text) AS bigint))
-     FROM pg_snapshot_xip(pg_current_snapshot()) AS x
-     WHERE xid(x) NOT IN (SELECT backend_xid FROM pg_stat_activity
-                          WHERE backend_xid IS NOT NULL
-                            AND datname <> current_database())),
-    CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint)) AS txid
-)
+-- than %(horizon)s (feed_horizon, read just before), which have all ended, so that no
+-- row can later appear before the cursor. The first three conditions are the partial
+-- index ix_job_events_finals's own predicate, spelled the same so that it is used.
 SELECT e.id, e.txid, e.job_id, j.name, j.idempotency_key, e.to_state, e.at
 FROM job_events AS e JOIN jobs AS j ON j.id = e.job_id
 WHERE e.txid IS NOT NULL AND e.step IS NULL
   AND e.to_state IN ('SUCCEED', 'ERROR', 'DISCARDED', 'STOPPED')
   AND (e.txid, e.id) > (CAST(%(txid)s AS bigint), CAST(%(position)s AS bigint))
-  AND e.txid < (SELECT txid FROM horizon)
+  AND e.txid < CAST(%(horizon)s AS bigint)
 ORDER BY e.txid, e.id
 LIMIT %(limit)s;
 
@@ -301,25 +292,93 @@ ORDER BY e.id
 LIMIT :limit;
 
 
--- name: feed_head
+-- name: feed_horizon
 -- The horizon: the oldest transaction of this database still running, as this
 -- statement's snapshot sees it (every older one has ended), or the snapshot's xmax
 -- when none runs. Transaction ids are cluster-wide: one that pg_stat_activity shows
 -- running in another database is left out, so that a long transaction elsewhere
 -- does not hold this feed back. One that ended between the snapshot and that read
 -- is kept in (it cannot be placed), which only makes the horizon earlier: a row is
--- read late, never skipped. Also where a new reader starts: rows of transactions at
--- or after the horizon are still to come.
+-- read late, never skipped. Every transaction below it had ended when this
+-- statement began, so a later statement sees all of their rows. Also where a new
+-- reader starts: rows of transactions at or after the horizon are still to come.
 SELECT COALESCE(
   (SELECT MIN(CAST(CAST(x AS text) AS bigint))
    FROM pg_snapshot_xip(pg_current_snapshot()) AS x
    WHERE xid(x) NOT IN (SELECT backend_xid FROM pg_stat_activity
                         WHERE backend_xid IS NOT NULL AND datname <> current_database())),
-  CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint)), 0;
+  CAST(CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text) AS bigint));
 
 
 -- name: feed_head.sqlite
 SELECT 0, COALESCE(MAX(id), 0) FROM job_events;
+
+
+-- name: partitions_add
+-- A batch of partitions of one dataset (%(rows)s: a JSON array of their key columns,
+-- location, metadata and producer) in one statement whose text does not depend on
+-- how many, if the dataset %(dataset_id)s still has the key %(key)s they were checked
+-- against; the dataset's row is held in share mode until the transaction ends, so
+-- neither its key nor its existence changes meanwhile. A key already there adds
+-- nothing. Returns whether the dataset matched, then one row per partition added
+-- (none: one row of NULLs). txid is the column's default: this transaction's id.
+WITH d AS (
+  SELECT id FROM datasets
+  WHERE id = %(dataset_id)s AND CAST(key AS jsonb) = CAST(%(key)s AS jsonb)
+  FOR SHARE
+), added AS (
+  INSERT INTO partitions (dataset_id, k0, k1, k2, k3, k4, k5, k6, k7, location, meta,
+                          created_at, job_id, step)
+  SELECT d.id, v.k0, v.k1, v.k2, v.k3, v.k4, v.k5, v.k6, v.k7, v.location, v.meta,
+         statement_timestamp(), v.job_id, v.step
+  FROM d, ROWS FROM (json_to_recordset(CAST(%(rows)s AS json)) AS (
+    k0 text, k1 text, k2 text, k3 text, k4 text, k5 text, k6 text, k7 text,
+    location text, meta json, job_id bigint, step text)) WITH ORDINALITY AS v(
+    k0, k1, k2, k3, k4, k5, k6, k7, location, meta, job_id, step, ordinality)
+  ORDER BY v.ordinality
+  ON CONFLICT (dataset_id, k0, k1, k2, k3, k4, k5, k6, k7) DO NOTHING
+  RETURNING id
+)
+SELECT (SELECT count(*) FROM d), added.id
+FROM (SELECT 1) AS one LEFT JOIN added ON true;
+
+
+-- name: partitions_add.sqlite
+-- The same for SQLite, whose writers are serialised: the caller has read the
+-- dataset's key in this transaction. Returns the ids added.
+INSERT INTO partitions (dataset_id, k0, k1, k2, k3, k4, k5, k6, k7, location, meta,
+                        created_at, job_id, step)
+SELECT :dataset_id, json_extract(value, '$.k0'), json_extract(value, '$.k1'),
+       json_extract(value, '$.k2'), json_extract(value, '$.k3'),
+       json_extract(value, '$.k4'), json_extract(value, '$.k5'),
+       json_extract(value, '$.k6'), json_extract(value, '$.k7'),
+       json_extract(value, '$.location'), json(json_extract(value, '$.meta')),
+       (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'), json_extract(value, '$.job_id'),
+       json_extract(value, '$.step')
+FROM json_each(:rows) WHERE true ORDER BY key
+ON CONFLICT DO NOTHING
+RETURNING id;
+
+
+-- name: partitions_existing
+-- Of the keys in %(rows)s (a JSON array of key columns), those the dataset holds:
+-- which of a batch were there already. The unique key index finds each.
+SELECT p.id, p.k0, p.k1, p.k2, p.k3, p.k4, p.k5, p.k6, p.k7, p.job_id, p.step
+FROM json_to_recordset(CAST(%(rows)s AS json)) AS v(
+  k0 text, k1 text, k2 text, k3 text, k4 text, k5 text, k6 text, k7 text)
+JOIN partitions AS p ON p.dataset_id = %(dataset_id)s
+  AND (p.k0, p.k1, p.k2, p.k3, p.k4, p.k5, p.k6, p.k7)
+    = (v.k0, v.k1, v.k2, v.k3, v.k4, v.k5, v.k6, v.k7);
+
+
+-- name: partitions_existing.sqlite
+SELECT p.id, p.k0, p.k1, p.k2, p.k3, p.k4, p.k5, p.k6, p.k7, p.job_id, p.step
+FROM json_each(:rows) AS v
+JOIN partitions AS p ON p.dataset_id = :dataset_id
+  AND p.k0 = json_extract(v.value, '$.k0') AND p.k1 = json_extract(v.value, '$.k1')
+  AND p.k2 = json_extract(v.value, '$.k2') AND p.k3 = json_extract(v.value, '$.k3')
+  AND p.k4 = json_extract(v.value, '$.k4') AND p.k5 = json_extract(v.value, '$.k5')
+  AND p.k6 = json_extract(v.value, '$.k6') AND p.k7 = json_extract(v.value, '$.k7');
 
 
 -- name: submit_keyed

@@ -155,6 +155,9 @@ class StepOutcome:
     peak_rss_kb: int | None = None
     metrics: dict[str, Any] | None = None
     retryable: bool = True
+    # Partitions the step's output adds (jobserver.datasets.outputs): not a column,
+    # added before the step's SUCCEED is written.
+    partitions: list[Any] | None = None
 
     def columns(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in (

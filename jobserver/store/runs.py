@@ -335,6 +335,21 @@ class RunRepository:
             raise error
 
 
+def holds(conn: Connection, token: ClaimToken) -> bool:
+    """Whether the run ``token`` names still has its job RUNNING, in the caller's
+    write transaction (the job's row is then held until it ends, on PostgreSQL); False
+    when an operator stopped it; :class:`FencedOff` when it has another owner."""
+    query = select(jobs.c.id).where(_owned(token), jobs.c.state == State.RUNNING.value)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update(read=True)
+    if conn.execute(query).first() is not None:
+        return True
+    error = _refusal_error(conn, token)
+    if error is not None:
+        raise error
+    return False
+
+
 def _refusal_error(conn: Connection, token: ClaimToken) -> FencedOff | None:
     """Why a compare-and-set on ``token`` matched nothing: another owner, or None when
     the job is still ours (an operator changed it)."""

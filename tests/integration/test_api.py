@@ -79,7 +79,10 @@ ROUTES = [("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("get", "/api/v1/jo
     ("get", "/api/v1/schedules"), ("post", "/api/v1/schedules")] + [
     (m, "/api/v1/schedules/default/nightly") for m in ("get", "put", "delete")] + [
     ("post", f"/api/v1/schedules/default/nightly/{a}") for a in ("enable", "disable")] + [
-    ("get", f"/api/v1/schedules/default/nightly/{r}") for r in ("jobs", "evaluations")]
+    ("get", f"/api/v1/schedules/default/nightly/{r}") for r in ("jobs", "evaluations")] + [
+    ("get", "/api/v1/datasets"), ("post", "/api/v1/datasets")] + [
+    (m, "/api/v1/datasets/default/nightly") for m in ("get", "put", "delete")] + [
+    (m, "/api/v1/datasets/default/nightly/partitions") for m in ("get", "post", "delete")]
 
 
 @pytest.mark.parametrize("method,path", ROUTES)

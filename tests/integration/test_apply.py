@@ -3,6 +3,7 @@ against a live API server (werkzeug, in a thread) over a real store."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -104,7 +105,7 @@ def test_a_change_is_shown_then_applied(run: Run, store: Store, tmp_path: Path) 
 def test_one_refused_document_applies_nothing(run: Run, store: Store, tmp_path: Path) -> None:
     path = write(tmp_path, SCHEDULE.format(name="good", cron="0 1 * * *"),
                  SCHEDULE.format(name="bad", cron="0 0 1 * * *"),
-                 "kind: Dataset\nname: raw\n", "just text\n",
+                 "kind: View\nname: raw\n", "just text\n",
                  SCHEDULE.format(name="good", cron="0 2 * * *"),
                  SCHEDULE.format(name="bad/name", cron="0 1 * * *"))
     code, out, err = run("apply", path)
@@ -112,7 +113,7 @@ def test_one_refused_document_applies_nothing(run: Run, store: Store, tmp_path: 
     lines = err.splitlines()
     assert lines[0].startswith("document 2 (schedule default/bad): refused: trigger.cron: ")
     assert lines[1].startswith("  trigger.cron: 6 fields")
-    assert "document 3 (Dataset): refused: kind: unknown kind 'Dataset'" in err
+    assert "document 3 (View): refused: kind: unknown kind 'View'" in err
     assert "document 4 (?): refused: document: expected a mapping" in err
     assert "document 5 (schedule default/good): refused: also in document 1" in err
     assert "document 6 (Schedule): refused: name: " in err
@@ -158,3 +159,80 @@ def test_schedules_commands(run: Run, store: Store, tmp_path: Path) -> None:
 def test_the_schedule_name_argument(run: Run) -> None:
     code, _, err = run("schedules", "show", "a/b/c")
     assert code == 2 and "is not NAMESPACE/NAME or NAME" in err
+
+
+# -- datasets ------------------------------------------------------------------------------
+DATASET = """\
+kind: Dataset
+name: raw
+description: {description}
+key:
+  - {{name: date, type: date}}
+  - {{name: hour, type: int}}
+"""
+
+
+def test_a_dataset_applies_once_then_is_unchanged(run: Run, store: Store,
+                                                  tmp_path: Path) -> None:
+    path = write(tmp_path, DATASET.format(description="raw orders"))
+    assert run("apply", path, "--dry-run")[1] == "dataset default/raw: would create\n"
+    assert run("apply", path)[1] == "dataset default/raw: created\n"
+    assert run("apply", path)[1] == "dataset default/raw: unchanged\n"
+    changed = write(tmp_path, DATASET.format(description="raw orders, by hour"))
+    assert run("apply", changed)[1] == "dataset default/raw: updated (description)\n"
+    assert store.datasets.get("default", "raw").description == "raw orders, by hour"
+
+
+def test_a_key_change_of_a_dataset_with_partitions_is_refused(run: Run, store: Store,
+                                                               tmp_path: Path) -> None:
+    assert run("apply", write(tmp_path, DATASET.format(description="x")))[0] == 0
+    store.partitions.add("default", "raw", [{"key": {"date": "2026-11-01", "hour": 1},
+                                             "location": "/p"}])
+    narrower = DATASET.format(description="x").replace("  - {name: hour, type: int}\n", "")
+    code, out, err = run("apply", write(tmp_path, narrower))
+    assert (code, out) == (1, "")
+    assert "document 1 (dataset default/raw): refused: key: dataset default/raw has 1 " \
+           "partition(s), so its key cannot change" in err
+    assert len(store.datasets.get("default", "raw").key) == 2
+    gone = write(tmp_path, "kind: Dataset\nname: raw\ndeleted: true\n")
+    assert run("apply", gone)[1] == "dataset default/raw: deleted\n"
+
+
+def test_datasets_and_partitions_commands(run: Run, store: Store, tmp_path: Path) -> None:
+    assert run("apply", write(tmp_path, DATASET.format(description="raw orders")))[0] == 0
+    assert run("datasets", "list")[1].splitlines()[1].split() == [
+        "default/raw", "date:", "date,", "hour:", "int", "raw", "orders"]
+    code, out, _ = run("partitions", "add", "raw", "--key", "date=2026-11-01",
+                       "--key", "hour=7", "--location", "/p/7", "--metadata", '{"rows": 3}')
+    assert (code, out) == (0, "dataset default/raw: 1 partition(s) added\n")
+    batch = tmp_path / "batch.json"
+    batch.write_text(json.dumps([{"key": {"date": "2026-11-02", "hour": h}, "location": "/q"}
+                                 for h in (7, 8)]))
+    assert run("partitions", "add", "raw", "--file", str(batch), "--if-absent")[1] == \
+        "dataset default/raw: 2 partition(s) added\n"
+    assert run("partitions", "add", "raw", "--file", str(batch), "--if-absent")[1] == \
+        "dataset default/raw: 0 partition(s) added, 2 skipped (existing)\n"
+    code, out, _ = run("partitions", "list", "raw", "--where", "hour >= 7",
+                       "--where", "date > 2026-11-01", "--oldest")
+    assert [line.split()[1:3] for line in out.splitlines()[1:]] == [
+        ["date=2026-11-02,", "hour=7"], ["date=2026-11-02,", "hour=8"]]
+    assert run("partitions", "delete", "raw", "--key", "date=2026-11-02", "--key",
+               "hour=8")[1] == "dataset default/raw: 1 partition(s) deleted\n"
+    assert json.loads(run("datasets", "show", "raw")[1])["partition_count"] == 2
+    assert run("datasets", "delete", "raw")[1] == "dataset default/raw: deleted\n"
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--key", "date=2026-11-01", "--key", "hour=noon", "--location", "/p"),
+     "--key 'hour=noon': int: 'noon' is not an integer"),
+    (("--key", "date=2026-11-01", "--location", "/p"), "--key: missing hour"),
+    (("--key", "colour=red", "--location", "/p"), "FIELD one of date, hour"),
+    (("--key", "date=2026-11-01", "--key", "hour=1"), "--location is required"),
+    (("--file", "/nonexistent.json"), "--file /nonexistent.json"),
+])
+def test_bad_partition_arguments_exit_2(run: Run, store: Store, tmp_path: Path,
+                                        args: tuple[str, ...], message: str) -> None:
+    assert run("apply", write(tmp_path, DATASET.format(description="x")))[0] == 0
+    code, _, err = run("partitions", "add", "raw", *args)
+    assert code == 2 and message in err, err
+    assert store.datasets.get("default", "raw").partition_count == 0

@@ -54,7 +54,16 @@ ROUTE_SCOPES = {("get", "/api/v1/jobs"): "read", ("post", "/api/v1/jobs"): "subm
                 ("post", "/api/v1/schedules/default/nightly/enable"): "operate",
                 ("post", "/api/v1/schedules/default/nightly/disable"): "operate",
                 ("get", "/api/v1/schedules/default/nightly/jobs"): "read",
-                ("get", "/api/v1/schedules/default/nightly/evaluations"): "read"}
+                ("get", "/api/v1/schedules/default/nightly/evaluations"): "read",
+                # A dataset is data, not work: declaring one and adding partitions
+                # needs submit; deleting either needs operate.
+                ("get", "/api/v1/datasets"): "read", ("post", "/api/v1/datasets"): "submit",
+                ("get", "/api/v1/datasets/default/nightly"): "read",
+                ("put", "/api/v1/datasets/default/nightly"): "submit",
+                ("delete", "/api/v1/datasets/default/nightly"): "operate",
+                ("get", "/api/v1/datasets/default/nightly/partitions"): "read",
+                ("post", "/api/v1/datasets/default/nightly/partitions"): "submit",
+                ("delete", "/api/v1/datasets/default/nightly/partitions"): "operate"}
 
 
 def bearer(secret: str) -> dict[str, str]:

@@ -1,0 +1,174 @@
+"""Datasets and partitions as a user writes them: parsed strictly, every problem named.
+
+A dataset (:class:`DatasetSpec`) is a name in a namespace, a partition key (ordered
+typed fields, :mod:`.keys`) and a description. A partition (:class:`NewPartition`)
+is a value for every key field, a location and a small metadata object; it is
+checked against its dataset's key by :func:`check_partitions`, which reports every
+problem with its path (``partitions[3].key.date``) so that a batch is refused whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from pydantic import Field, StringConstraints, ValidationError, field_validator
+
+from jobserver.datasets.keys import FIELD_NAME, MAX_FIELDS, FieldType, PartitionKey
+from jobserver.exceptions import InvalidRequest, MalformedRequest
+from jobserver.schedules.spec import Ident, _message
+from jobserver.spec import _Strict, field_path
+
+#: A partition's location: its UTF-8 size at most.
+MAX_LOCATION_BYTES = 4096
+#: A partition's metadata: its compact JSON size at most.
+MAX_METADATA_BYTES = 4096
+#: Partitions in one request (an API batch, one step's output).
+MAX_BATCH = 10_000
+
+
+class KeyFieldSpec(_Strict):
+    """One field of a partition key."""
+
+    name: Annotated[str, StringConstraints(pattern=f"^{FIELD_NAME}$")]
+    type: FieldType
+
+
+class DatasetSpec(_Strict):
+    """A dataset as declared: ``key`` is its partition key's fields, in order."""
+
+    namespace: Ident = "default"
+    name: Ident
+    description: Annotated[str, StringConstraints(max_length=500,
+                                                  pattern=r"^[^\x00]*$")] | None = None
+    key: list[KeyFieldSpec] = Field(min_length=1, max_length=MAX_FIELDS)
+
+    @field_validator("key")
+    @classmethod
+    def _unique_names(cls, value: list[KeyFieldSpec]) -> list[KeyFieldSpec]:
+        names = [item.name for item in value]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"field {repeated[0]!r} is declared twice")
+        return value
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def partition_key(self) -> PartitionKey:
+        return PartitionKey.of([item.model_dump() for item in self.key])
+
+
+def parse_dataset(body: bytes | str | dict[str, Any]) -> DatasetSpec:
+    """Parse and validate a dataset; :class:`InvalidRequest` names every bad field."""
+    if isinstance(body, dict):
+        body = json.dumps(body)
+    try:
+        return DatasetSpec.model_validate_json(body)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise MalformedRequest("request body is not valid JSON",
+                                   [{"field": "body", "message": "malformed JSON"}]) from None
+        refuse([{"field": field_path(e["loc"]), "message": _message(e)}
+                for e in exc.errors()])
+        raise AssertionError("unreachable: refuse raised") from None
+
+
+def digest(document: Any) -> str:
+    """The SHA-256 of a JSON document's canonical form: equal documents, equal digests."""
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class NewPartition:
+    """A checked partition on its way into the store: its key columns' texts
+    (:meth:`PartitionKey.columns`), location and metadata."""
+
+    columns: tuple[str, ...]
+    location: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def check_partitions(items: list[Any], key: PartitionKey, where: str = "partitions",
+                     ) -> tuple[list[NewPartition], list[dict[str, str]]]:
+    """Check each of ``items`` (``{"key", "location", "metadata"}`` objects) against
+    ``key``; returns the partitions and the problems, each naming its field
+    (``<where>[i].key.date``). A key given twice in ``items`` is a problem too."""
+    found: list[NewPartition] = []
+    problems: list[dict[str, str]] = []
+    first_of: dict[tuple[str, ...], int] = {}
+    for index, item in enumerate(items):
+        path = f"{where}[{index}]" if where else ""
+        partition, trouble = check_partition(item, key, path)
+        problems += trouble
+        if partition is None:
+            continue
+        if partition.columns in first_of:
+            problems.append({"field": _join(path, "key"), "message": "the same key as "
+                             f"{where}[{first_of[partition.columns]}]"})
+            continue
+        first_of[partition.columns] = index
+        found.append(partition)
+    return found, problems
+
+
+def check_partition(item: Any, key: PartitionKey,
+                    path: str = "") -> tuple[NewPartition | None, list[dict[str, str]]]:
+    """One partition object; ``path`` prefixes the fields in the problems."""
+    if not isinstance(item, dict):
+        return None, [{"field": path or "body", "message": "expected a partition object "
+                                                           "{key, location, metadata}"}]
+    problems = [] if item.keys() <= _PARTITION_FIELDS else [
+        {"field": _join(path, name), "message": "unknown field"}
+        for name in item if name not in _PARTITION_FIELDS]
+    typed, trouble = key.check(item.get("key"), _join(path, "key"))
+    problems += trouble
+    location = item.get("location")
+    if not isinstance(location, str) or not location or "\x00" in location:
+        problems.append({"field": _join(path, "location"),
+                         "message": "required: a non-empty string without NUL"})
+    elif len(location.encode()) > MAX_LOCATION_BYTES:
+        problems.append({"field": _join(path, "location"), "message": (
+            f"{len(location.encode())} bytes; at most {MAX_LOCATION_BYTES} are allowed")})
+    metadata = item.get("metadata", {})
+    problem = _metadata_problem(metadata)
+    if problem:
+        problems.append({"field": _join(path, "metadata"), "message": problem})
+    if problems:
+        return None, problems
+    return NewPartition(key.columns(typed), location, metadata), []  # type: ignore[arg-type]
+
+
+_PARTITION_FIELDS = frozenset({"key", "location", "metadata"})
+
+
+def _metadata_problem(metadata: Any) -> str | None:
+    if not isinstance(metadata, dict):
+        return "expected a JSON object"
+    if not metadata:
+        return None
+    try:
+        text = json.dumps(metadata, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return "not JSON (NaN and Infinity are not JSON numbers)"
+    if "\\u0000" in text:
+        return "a NUL character (\\u0000) cannot be stored"
+    if len(text.encode()) > MAX_METADATA_BYTES:
+        return f"{len(text.encode())} bytes of JSON; at most {MAX_METADATA_BYTES} are allowed"
+    return None
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def refuse(problems: list[dict[str, str]]) -> None:
+    """Raise :class:`InvalidRequest` for ``problems`` (the first in the message)."""
+    if problems:
+        raise InvalidRequest(f"{problems[0]['field']}: {problems[0]['message']}", problems)

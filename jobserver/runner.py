@@ -1,11 +1,11 @@
 """The bounded pool that runs claimed jobs, and the watcher that stops them.
 
 One scheduler loop claims jobs and hands them here; ``free_slots()`` tells it how many
-it may claim, so the pool never queues work it cannot start. A single watcher loop
-asks the store every ``WATCH_INTERVAL`` seconds whether any job this node runs was
-paused, discarded or taken by another owner, and cancels those executions. A read
-that fails because the store is unavailable changes nothing. The watcher and the group commit are the
-runner's loops (:meth:`Runner.loops`), supervised by the node.
+it may claim, so the pool never queues work it cannot start. A single watcher loop asks
+the store every ``WATCH_INTERVAL`` seconds whether any job this node runs was paused,
+discarded or taken by another owner, and cancels those executions. A read that fails
+because the store is unavailable changes nothing. The watcher and the group commit are
+the runner's loops (:meth:`Runner.loops`), supervised by the node.
 """
 
 from __future__ import annotations

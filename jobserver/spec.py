@@ -76,11 +76,11 @@ def _text_json(value: dict[str, Any]) -> dict[str, Any]:
 StepJson = Annotated[JsonObject, AfterValidator(_text_json)]
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class _StepBase(_Strict):
+class _StepBase(StrictModel):
     name: Name
     depends_on: list[Name] | None = Field(default=None, max_length=MAX_STEPS)
     retries: int = Field(default=0, ge=0, le=20)
@@ -118,7 +118,7 @@ StepSpec = Annotated[Union[NoopStep, SleepStep, ShellStep, PythonStep],
 STEP_TYPES = ("noop", "sleep", "shell", "python")
 
 
-class JobSpec(_Strict):
+class JobSpec(StrictModel):
     name: Text
     steps: list[StepSpec] = Field(min_length=1, max_length=MAX_STEPS)
     priority: int = Field(default=0, ge=-1000, le=1000)

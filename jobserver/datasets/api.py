@@ -37,21 +37,21 @@ NAME_CURSOR = rf"^{IDENT}/{IDENT}$"
 MAX_BATCH_BODY_BYTES = 32 * 1024 * 1024
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ListQuery(_Strict):
+class ListQuery(StrictModel):
     namespace: str | None = Field(default=None, pattern=rf"^{IDENT}$")
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)
     cursor: str | None = Field(default=None, pattern=NAME_CURSOR)
 
 
-class PutQuery(_Strict):
+class PutQuery(StrictModel):
     dry_run: bool = False
 
 
-class PartitionsQuery(_Strict):
+class PartitionsQuery(StrictModel):
     where: list[str] = Field(default_factory=list, max_length=MAX_CONDITIONS)
     order: Literal["newest", "oldest"] = "newest"
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)

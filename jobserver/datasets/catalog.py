@@ -20,7 +20,7 @@ from jobserver.datasets.records import DatasetRecord
 from jobserver.datasets.spec import DatasetSpec, digest
 from jobserver.datasets.tables import datasets, partitions
 from jobserver.exceptions import Conflict, ConstraintViolation, NotFound
-from jobserver.schedules.catalog import CREATED, UNCHANGED, _plan
+from jobserver.schedules.catalog import CREATED, UNCHANGED, plan_put
 from jobserver.store import Transactions
 from jobserver.store.engine import store_now
 
@@ -60,7 +60,7 @@ class DatasetCatalog:
         try:
             with self._tx.read() if dry_run else self._tx.write() as conn:
                 row = self._row(conn, spec.namespace, spec.name, lock=not dry_run)
-                change, changed = _plan(row, document, digest(document), None)
+                change, changed = plan_put(row, document, digest(document), None)
                 if row is None:
                     created = None if dry_run else self._get(conn, self._insert(conn, spec))
                     return PutResult(created, change, changed)

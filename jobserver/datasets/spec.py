@@ -18,8 +18,8 @@ from pydantic import Field, StringConstraints, ValidationError, field_validator
 
 from jobserver.datasets.keys import FIELD_NAME, MAX_FIELDS, FieldType, PartitionKey
 from jobserver.exceptions import InvalidRequest, MalformedRequest
-from jobserver.schedules.spec import Ident, _message
-from jobserver.spec import _Strict, field_path
+from jobserver.schedules.spec import Ident, validation_message
+from jobserver.spec import StrictModel, field_path
 
 #: A partition's location: its UTF-8 size at most.
 MAX_LOCATION_BYTES = 4096
@@ -29,14 +29,14 @@ MAX_METADATA_BYTES = 4096
 MAX_BATCH = 10_000
 
 
-class KeyFieldSpec(_Strict):
+class KeyFieldSpec(StrictModel):
     """One field of a partition key."""
 
     name: Annotated[str, StringConstraints(pattern=f"^{FIELD_NAME}$")]
     type: FieldType
 
 
-class DatasetSpec(_Strict):
+class DatasetSpec(StrictModel):
     """A dataset as declared: ``key`` is its partition key's fields, in order."""
 
     namespace: Ident = "default"
@@ -73,7 +73,7 @@ def parse_dataset(body: bytes | str | dict[str, Any]) -> DatasetSpec:
         if any(e["type"] == "json_invalid" for e in exc.errors()):
             raise MalformedRequest("request body is not valid JSON",
                                    [{"field": "body", "message": "malformed JSON"}]) from None
-        refuse([{"field": field_path(e["loc"]), "message": _message(e)}
+        refuse([{"field": field_path(e["loc"]), "message": validation_message(e)}
                 for e in exc.errors()])
         raise AssertionError("unreachable: refuse raised") from None
 

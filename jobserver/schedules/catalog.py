@@ -92,7 +92,7 @@ class ScheduleCatalog:
         try:
             with self._tx.read() if dry_run else self._tx.write() as conn:
                 row = self._lock(conn, spec.namespace, spec.name, not dry_run)
-                change, changed = _plan(row, document, digest, enabled)
+                change, changed = plan_put(row, document, digest, enabled)
                 if row is None and not dry_run:
                     return PutResult(self._get(conn, self._insert(conn, spec, bool(enabled))),
                                      change, changed)
@@ -314,7 +314,7 @@ def _exists(spec: ScheduleSpec) -> Conflict:
                     {"field": "name", "namespace": spec.namespace, "name": spec.name})
 
 
-def _plan(row: RowMapping | None, document: dict[str, Any], digest: str,
+def plan_put(row: RowMapping | None, document: dict[str, Any], digest: str,
           enabled: bool | None) -> tuple[str, builtins.list[str]]:
     """What a put changes: ``(change, changed top-level fields)``."""
     if row is None:

@@ -1,23 +1,23 @@
 """The schedule evaluator: one loop, on the one node that holds the planner seat.
 
-A round reads job events from the ordered feed (job-status triggers) and the
-registered partition feeds, fires the time triggers that are due, re-checks pending
-schedule-jobs whose constraints or deadline are due, and launches what those decided
-(:mod:`jobserver.schedules.launcher`) in the same transactions; then it sleeps until the earliest next fire or check time, at most
-``schedules.poll_interval`` (schedules enabled through another node's API, and new
-job events, are seen within that).
+A round reads job events from the ordered feed (job-status triggers) and the registered
+partition feeds, fires the time triggers that are due, re-checks pending schedule-jobs
+whose constraints or deadline are due, and launches what those decided
+(:mod:`jobserver.schedules.launcher`) in the same transactions; then it sleeps until the
+earliest next fire or check time, at most ``schedules.poll_interval`` (schedules enabled
+through another node's API, and new job events, are seen within that).
 
 Every write is fenced by the seat's lease (:meth:`EvaluatorStore.fenced`), and the
 feed's cursor is saved in the transaction that acts on what it read, so a failover in
-the middle of a round neither fires anything twice nor loses it: a round cut short
-is done again by the next evaluator from what was committed. A launch is the engine's
-idempotent submit under a launch key fixed by the decision, so a launch retried after
-a crash finds the job the first attempt made, if that one committed.
+the middle of a round neither fires anything twice nor loses it: a round cut short is
+done again by the next evaluator from what was committed. A launch is the engine's
+idempotent submit under a launch key fixed by the decision, so a launch retried after a
+crash finds the job the first attempt made, if that one committed.
 
 A firing that depends on the clock alone is decided ``schedules.lead_time`` before its
 fire time and its job launched with ``not_before`` at that time; at the fire time the
-evaluator wakes the schedulers (``release``), which would otherwise see the job at
-their next poll.
+evaluator wakes the schedulers (``release``), which would otherwise see the job at their
+next poll.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
 """Launches: schedule-jobs in PENDING_LAUNCH made into engine jobs.
 
-A launch runs in the evaluator's fenced transaction, the one that decided it: the
-jobs (one bulk idempotent submit under each schedule-job's launch key), the
-schedule-jobs saved LAUNCHED with their job ids and one evaluation record per launch
-(why it fired, and the job) commit together, and only while the evaluator's lease
-holds. Schedule-jobs found in PENDING_LAUNCH in the store (an older node's) are
-launched the same way, then moved to LAUNCHED. A firing decided ahead of its fire time (``schedules.lead_time``) makes a
-job with ``not_before`` at that time: it is in the store, READY, when its time comes,
-and no scheduler claims it before.
+A launch runs in the evaluator's fenced transaction, the one that decided it: the jobs
+(one bulk idempotent submit under each schedule-job's launch key), the schedule-jobs
+saved LAUNCHED with their job ids and one evaluation record per launch (why it fired,
+and the job) commit together, and only while the evaluator's lease holds. Schedule-jobs
+found in PENDING_LAUNCH in the store (an older node's) are launched the same way, then
+moved to LAUNCHED. A firing decided ahead of its fire time (``schedules.lead_time``)
+makes a job with ``not_before`` at that time: it is in the store, READY, when its time
+comes, and no scheduler claims it before.
 
-A job is built from its schedule's template once per schedule generation (validated
-as the API validates a submit); a firing that adds trigger properties is validated
-again with them.
+A job is built from its schedule's template once per schedule generation (validated as
+the API validates a submit); a firing that adds trigger properties is validated again
+with them.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pydantic import (AfterValidator, AwareDatetime, BeforeValidator, Field,
                       model_validator)
 
 from jobserver.exceptions import InvalidRequest, JobServerError, MalformedRequest
-from jobserver.spec import JobSpec, JsonObject, Policy, Text, _Strict, field_path, validate_job
+from jobserver.spec import JobSpec, JsonObject, Policy, Text, StrictModel, field_path, validate_job
 
 IDENT = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 _IDENT = re.compile(IDENT)
@@ -102,7 +102,7 @@ def _exactly_one(model: Any, names: Iterable[str]) -> None:
                          + (f" (got {', '.join(given)})" if given else ""))
 
 
-class CalendarInterval(_Strict):
+class CalendarInterval(StrictModel):
     """Every so many years, months, weeks and days, at a time of day (wall clock)."""
 
     years: int = Field(default=0, ge=0, le=100)
@@ -120,7 +120,7 @@ class CalendarInterval(_Strict):
         return self
 
 
-class TimeTrigger(_Strict):
+class TimeTrigger(StrictModel):
     """Fires on a clock: a crontab line, a fixed interval or a calendar interval."""
 
     type: Literal["time"]
@@ -157,7 +157,7 @@ JobState = Literal["SUCCEED", "ERROR", "DISCARDED", "STOPPED"]
 DEFAULT_STATES: tuple[JobState, ...] = ("SUCCEED",)
 
 
-class JobStatusTrigger(_Strict):
+class JobStatusTrigger(StrictModel):
     """Fires when a run of another schedule, or an engine job of a given name, ends in
     one of ``states``."""
 
@@ -174,7 +174,7 @@ class JobStatusTrigger(_Strict):
         return self
 
 
-class PartitionTrigger(_Strict):
+class PartitionTrigger(StrictModel):
     """Fires once ``count`` new partitions of a dataset have arrived."""
 
     type: Literal["partition"]
@@ -183,14 +183,14 @@ class PartitionTrigger(_Strict):
     properties: Properties
 
 
-class AndTrigger(_Strict):
+class AndTrigger(StrictModel):
     """Fires once every part has fired; what each part saw is kept until then."""
 
     type: Literal["and"]
     parts: list[Trigger] = Field(min_length=1, max_length=16)
 
 
-class OrTrigger(_Strict):
+class OrTrigger(StrictModel):
     """Fires as soon as any part fires."""
 
     type: Literal["or"]
@@ -207,7 +207,7 @@ OnUnmet = Literal["wait", "abort"]
 _HHMM = re.compile(r"([01]\d|2[0-3]):[0-5]\d")
 
 
-class ConcurrencyConstraint(_Strict):
+class ConcurrencyConstraint(StrictModel):
     """Met while fewer than ``limit`` runs of the template are READY or RUNNING."""
 
     type: Literal["concurrency"]
@@ -215,7 +215,7 @@ class ConcurrencyConstraint(_Strict):
     on_unmet: OnUnmet = "abort"
 
 
-class DelayConstraint(_Strict):
+class DelayConstraint(StrictModel):
     """Met ``duration`` after the schedule-job was created; it can only wait."""
 
     type: Literal["delay"]
@@ -230,7 +230,7 @@ class DelayConstraint(_Strict):
         return value
 
 
-class TimeWindowConstraint(_Strict):
+class TimeWindowConstraint(StrictModel):
     """Met from ``start`` (inclusive) to ``end`` (exclusive) local time; a window
     whose end is earlier than its start crosses midnight."""
 
@@ -256,7 +256,7 @@ class TimeWindowConstraint(_Strict):
         return value
 
 
-class SinceLastRunConstraint(_Strict):
+class SinceLastRunConstraint(StrictModel):
     """Met ``duration`` after the start of the template's last successful run."""
 
     type: Literal["since_last_run"]
@@ -268,7 +268,7 @@ Constraint = Annotated[Union[ConcurrencyConstraint, DelayConstraint, TimeWindowC
                              SinceLastRunConstraint], Field(discriminator="type")]
 
 
-class ScheduleSpec(_Strict):
+class ScheduleSpec(StrictModel):
     """A schedule as submitted; its ``properties`` become each launched job's params."""
 
     namespace: Ident = "default"
@@ -300,7 +300,7 @@ def _path(loc: Iterable[Any]) -> str:
     return field_path(part for part in loc if not (isinstance(part, str) and part in _TAGS))
 
 
-def _message(error: Mapping[str, Any]) -> str:
+def validation_message(error: Mapping[str, Any]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         return "unknown field"
@@ -340,7 +340,8 @@ def parse_schedule(body: bytes | str | dict, policy: Policy) -> ScheduleSpec:
         if any(e["type"] == "json_invalid" for e in exc.errors()):
             raise MalformedRequest("request body is not valid JSON",
                                    [{"field": "body", "message": "malformed JSON"}]) from None
-        _raise([{"field": _path(e["loc"]), "message": _message(e)} for e in exc.errors()])
+        _raise([{"field": _path(e["loc"]), "message": validation_message(e)}
+                for e in exc.errors()])
     _check_template(spec, policy)
     problems = _check_trigger(spec.trigger, "trigger", 0)
     if problems:

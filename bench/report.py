@@ -84,7 +84,8 @@ def render() -> str:
         ("schedules", "Schedules (cron, every minute, one node): fire time → launch",
          ["store", "lock", "schedules", "minutes", "expected", "launched", "missing",
           "duplicates", "skipped", "lag_p50_s", "lag_p90_s", "lag_p99_s", "lag_max_s",
-          "started_p99_s", "eval_cpu_s_per_min", "eval_core_pct", "node_core_pct",
+          "in_store_at_fire_time", "started_p99_s", "eval_cpu_s_per_min", "eval_core_pct",
+          "node_core_pct",
           "pg_cpu_s_per_min", "met"]),
     ]
     for name, title, columns in sections:

@@ -7,10 +7,13 @@ PostgreSQL locks, then SQLite with file locks. Early in a minute, N schedules (`
 the next minute, and from that minute on M minute boundaries are measured, every one
 of them firing all N schedules.
 
-* **Lag** of each fire time: the launched job's ``created_at`` (its row inserted by the
-  evaluator's submit, the store's clock) minus the fire time; also the time the
-  schedule-job was marked LAUNCHED (what ``details.lag_seconds`` records) and the time
-  the engine claimed the job, each minus the fire time.
+* **Lag** of each fire time: when the launched job may start minus the fire time —
+  its ``created_at`` (its row inserted by the evaluator's submit, the store's clock),
+  or its ``not_before`` when it was launched ahead (``schedules.lead_time``) and so was
+  in the store before; also the time the schedule-job was marked LAUNCHED (what
+  ``details.lag_seconds`` records) and the time the engine claimed the job, each minus
+  the fire time. As a check that does not trust those timestamps, the count of each
+  fire time's launched jobs is read at the fire time itself (``in_store_at_fire_time``).
 * **Completeness**: N × M fire times are expected; any not launched, launched twice,
   skipped or aborted is a finding and printed.
 * **CPU**: utime + stime of the evaluator's thread (``schedules``), of the whole node
@@ -115,13 +118,15 @@ def lag_figures(found: list[dict[str, Any]], fire_times: list[float], count: int
         keys[key] = keys.get(key, 0) + 1
     launched = [item for item in found if item["state"] == "LAUNCHED"
                 and item["created"] is not None]
-    lags = [item["created"] - item["fire_time"] for item in launched]
+    for item in launched:  # a job launched ahead may start at its not_before
+        item["runnable"] = max(item["created"], item["not_before"] or item["created"])
+    lags = [item["runnable"] - item["fire_time"] for item in launched]
     marked = [item["marked"] - item["fire_time"] for item in launched]
     started = [item["started"] - item["fire_time"] for item in launched
                if item["started"] is not None]
     per_fire = []
     for fire in fire_times:
-        mine = [item["created"] - fire for item in launched if round(item["fire_time"]) ==
+        mine = [item["runnable"] - fire for item in launched if round(item["fire_time"]) ==
                 round(fire)]
         per_fire.append({"fire_time": time.strftime("%H:%M:%S", time.gmtime(fire)),
                          "launched": len(mine), "first_s": _round(min(mine, default=None)),
@@ -161,21 +166,25 @@ def cpu_figures(before: Reading, after: Reading, launched: int) -> dict[str, Any
 
 
 def measure(opts: Options, url: str, pid: int, tid: int | None, count: int,
-            fire_times: list[float]) -> tuple[Reading, Reading]:
-    """Read the CPU around ``fire_times``, waiting for each one's launches."""
+            fire_times: list[float]) -> tuple[Reading, Reading, list[int]]:
+    """Read the CPU around ``fire_times``, waiting for each one's launches; also
+    how many of each fire time's jobs were in the store at the fire time itself
+    (launched ahead, or not at all yet)."""
     lead = LEAD[1] if opts.smoke else LEAD[0]
     log(f"schedules: measuring fire times {time.strftime('%H:%M', time.gmtime(fire_times[0]))}"
         f" + {len(fire_times) - 1} min (UTC)")
     _sleep_until(fire_times[0] - lead)
     before = read_cpu(pid, tid, url)
-    at = 0.0
+    at, ready = 0.0, []
     for fire in fire_times:
+        _sleep_until(fire)
+        ready.append(launched_count(url, fire))
         done, at = wait_launched(url, fire, count, fire + 59.0)
         log(f"schedules: {done:,} of {count:,} launched for "
             f"{time.strftime('%H:%M', time.gmtime(fire))} within {at - fire:.1f} s")
     end = at + 1.0 if opts.smoke else max(at, fire_times[-1] + 60.0 - lead)
     _sleep_until(min(end, fire_times[-1] + 59.0))
-    return before, read_cpu(pid, tid, url)
+    return before, read_cpu(pid, tid, url), ready
 
 
 def _profile(opts: Options, url: str, pid: int, count: int, label: str) -> dict[str, Any]:
@@ -203,7 +212,7 @@ def run_config(opts: Options, store: str, lock: str, count: int,
                 f"in {settle_s if settle_s is None else round(settle_s, 1)} s; evaluator "
                 f"thread {tid} ({found_by})")
             fire_times = [first + 60.0 * i for i in range(minutes)]
-            before, after = measure(opts, url, node.pid, tid, count, fire_times)
+            before, after, ready = measure(opts, url, node.pid, tid, count, fire_times)
             load1 = loadavg()
             found, evaluations = outcomes(url, fire_times), evaluation_counts(url, fire_times)
             spy = _profile(opts, url, node.pid, count, f"{store}-{lock}") if opts.profile \
@@ -212,7 +221,8 @@ def run_config(opts: Options, store: str, lock: str, count: int,
     row = {"store": store, "lock": lock, "schedules": count, "minutes": minutes, **figures,
            "skipped": evaluations.get("skipped", 0), "aborted": evaluations.get("aborted", 0),
            **cpu_figures(before, after, figures["launched"]), "create_s": round(create_s, 1),
-           "settle_s": None if settle_s is None else round(settle_s, 1), "load1": load1}
+           "settle_s": None if settle_s is None else round(settle_s, 1), "load1": load1,
+           "in_store_at_fire_time": min(ready)}
     row["met"] = _met(row)
     detail = {"per_fire_time": per_fire, "schedule_job_states": states,
               "evaluations": evaluations, "evaluator_thread": found_by, "py_spy": spy}
@@ -239,6 +249,9 @@ def findings(row: dict[str, Any], detail: dict[str, Any]) -> list[str]:
     for key in ("missing", "duplicates", "skipped", "aborted"):
         if row[key]:
             found.append(f"{row['store']}: {row[key]:,} fire times {key}")
+    if row["in_store_at_fire_time"] < row["schedules"]:
+        found.append(f"{row['store']}: only {row['in_store_at_fire_time']:,} of a fire "
+                     "time's jobs were in the store at the fire time")
     for line in detail["per_fire_time"]:
         if line["launched"] != row["schedules"]:
             found.append(f"{row['store']}: fire time {line['fire_time']}Z launched "
@@ -261,7 +274,8 @@ def run(opts: Options, count: int | None = None, minutes: int | None = None) -> 
     write_result("schedules", opts, rows, {"detail": details, "targets": {
         "lag_p99_s": TARGET_P99_S, "eval_core_pct": TARGET_CORE_PCT}})
     for key, detail in details.items():
-        print(f"== schedules {key}: per fire time (lag of each job's insert, s)")
+        print(f"== schedules {key}: per fire time (lag of the time each job may start, "
+              "s: its insert, or its not_before if launched ahead)")
         for line in detail["per_fire_time"]:
             print(f"  {line['fire_time']}Z launched {line['launched']:,} first "
                   f"{line['first_s']} p50 {line['p50_s']} last {line['last_s']}")

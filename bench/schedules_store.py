@@ -123,8 +123,9 @@ def wait_launched(url: str, fire_time: float, count: int, deadline: float,
 
 def outcomes(url: str, fire_times: list[float]) -> list[dict[str, Any]]:
     """One dict per schedule-job of the measured fire times: schedule, fire time,
-    state, when it was marked LAUNCHED, and its job's insert and claim times (epoch
-    seconds, the store's clock)."""
+    state, when it was marked LAUNCHED, and its job's insert time, start time
+    (``not_before``: a job launched ahead) and claim time (epoch seconds, the store's
+    clock)."""
     from sqlalchemy import select
 
     from jobserver.schedules.tables import schedule_jobs
@@ -133,7 +134,7 @@ def outcomes(url: str, fire_times: list[float]) -> list[dict[str, Any]]:
     wanted = {round(t) for t in fire_times}
     query = (select(schedule_jobs.c.schedule_id, schedule_jobs.c.fire_time,
                     schedule_jobs.c.state, schedule_jobs.c.updated_at, jobs.c.created_at,
-                    jobs.c.started_at)
+                    jobs.c.not_before, jobs.c.started_at)
              .outerjoin(jobs, jobs.c.id == schedule_jobs.c.job_id)
              .where(schedule_jobs.c.fire_time >= _utc(min(fire_times) - 0.5),
                     schedule_jobs.c.fire_time < _utc(max(fire_times) + 0.5)))
@@ -145,7 +146,8 @@ def outcomes(url: str, fire_times: list[float]) -> list[dict[str, Any]]:
                 continue
             found.append({"schedule_id": row.schedule_id, "fire_time": fire,
                           "state": row.state, "marked": epoch_seconds(row.updated_at),
-                          "created": _epoch(row.created_at), "started": _epoch(row.started_at)})
+                          "created": _epoch(row.created_at), "started": _epoch(row.started_at),
+                          "not_before": _epoch(row.not_before)})
     return found
 
 

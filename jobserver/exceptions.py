@@ -114,9 +114,10 @@ class RetryableListenerError(JobServerError):
 
 
 class TriggerError(JobServerError):
-    """A schedule's fire times cannot be computed: the computation stopped advancing
-    (each fire time must be later than the one before). The spec was accepted, so
-    this is a bug in the computation or the time zone data, not in the request."""
+    """A schedule's trigger cannot be evaluated: its fire times stopped advancing
+    (each must be later than the one before: a bug in the computation or the time
+    zone data), or a partition trigger's filter names a field its dataset's key does
+    not declare (the dataset was declared or changed after the schedule)."""
 
     code = "trigger_error"
 

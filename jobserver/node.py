@@ -30,6 +30,7 @@ from jobserver.metrics import NodeMetrics, multiprocess
 from jobserver.retrying import retry
 from jobserver.planner import PlannerSeat
 from jobserver.runner import Runner
+from jobserver.datasets.feed import NewPartitions
 from jobserver.schedules.evaluator import ScheduleEvaluator
 from jobserver.spec import Policy
 from jobserver.states import StopReason
@@ -152,9 +153,11 @@ class Node:
         seat = PlannerSeat(self.scheduler, self.locks, self.ctx.stopping)
         policy = Policy(self.python_steps.is_registered,
                         self.config.steps.shell.allowed_executables)
-        return ScheduleEvaluator(self.store, seat, self.config.schedules, policy,
-                                 self.metrics.schedules, stopping=self.ctx.stopping,
-                                 release=self._release_launched)
+        evaluator = ScheduleEvaluator(self.store, seat, self.config.schedules, policy,
+                                      self.metrics.schedules, stopping=self.ctx.stopping,
+                                      release=self._release_launched)
+        evaluator.partition_feeds.append(NewPartitions(self.store))
+        return evaluator
 
     def _release_launched(self) -> None:
         """Jobs launched ahead of their fire time may start now: claim them at once

@@ -27,7 +27,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -35,11 +35,11 @@ from jobserver.config import SchedulesConfig
 from jobserver.exceptions import TRANSIENT, FencedOff, TriggerError
 from jobserver.loops import Loop
 from jobserver.planner import PlannerSeat
-from jobserver.schedules.launcher import Launcher
 from jobserver.schedules.firing import (Facts, Outcome, check_time, constrain,
                                         launches_ahead, notify, schedule_of_key)
-from jobserver.schedules.spec import (PartitionTrigger, ScheduleSpec, TimeTrigger, leaves,
-                                     load_spec)
+from jobserver.schedules.launcher import Launcher
+from jobserver.schedules.partitions import PartitionCounter, PartitionFeed
+from jobserver.schedules.spec import ScheduleSpec, TimeTrigger, load_spec
 from jobserver.schedules.store import Draft, Due, EvaluatorStore, Evaluation
 from jobserver.schedules.timing import FireTimes
 from jobserver.schedules.triggers import JobEvent, Notification, matching_parts
@@ -54,6 +54,8 @@ BROKEN_RETRY = timedelta(minutes=1)
 #: What makes one schedule unevaluable, not the evaluator: anything else ends the
 #: loop (a bug), and store outages are retried by the round.
 SCHEDULE_ERRORS = (TriggerError, ValueError)
+#: New partitions read per dataset and round; more are read in the next round.
+PARTITION_READ = 5000
 #: How often evaluation records older than the retention are deleted.
 PRUNE_EVERY = timedelta(minutes=10)
 #: How often the job-event feed's cursor moves to the head while no schedule watches
@@ -63,15 +65,6 @@ FEED_SKIP_EVERY = timedelta(seconds=10)
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-class PartitionFeed(Protocol):
-    """A source of new partitions for partition triggers (the datasets planner plugs
-    one in): reads what was added since its own cursor, in commit order, and saves
-    that cursor in ``conn`` (the evaluator's fenced transaction)."""
-
-    def read(self, conn: Connection, limit: int) -> list[tuple[str, int]]:
-        """``(dataset "namespace/name", new partitions)`` since the last read."""
 
 
 class ScheduleEvaluator(Loop):
@@ -89,6 +82,7 @@ class ScheduleEvaluator(Loop):
         self._clock = clock
         self.wake = threading.Event()
         self.partition_feeds: list[PartitionFeed] = []
+        self._partitions = PartitionCounter()
         self._specs: dict[tuple[int, int], ScheduleSpec] = {}
         self._fire_times: dict[tuple[int, int, str], FireTimes] = {}
         self._lead = timedelta(seconds=config.lead_time)
@@ -142,7 +136,7 @@ class ScheduleEvaluator(Loop):
         now = self._clock()
         work = self.store.overview()
         changed = False
-        if work.watches_jobs or self.partition_feeds:
+        if work.watches_jobs or (work.watches_datasets and self.partition_feeds):
             changed = self._consume_feeds(key, fence, now)
         elif self._feed_skipped_at is None or now - self._feed_skipped_at >= FEED_SKIP_EVERY:
             self._feed_skipped_at = now
@@ -227,15 +221,19 @@ class ScheduleEvaluator(Loop):
         outcome = Outcome()
         with self.store.fenced(key, fence) as conn:
             notes = self._job_notes(conn, now)
-            for feed in self.partition_feeds:
-                for dataset, count in feed.read(conn, self._config.batch):
-                    for schedule_id in self.store.watchers(
-                            conn, {("dataset", dataset)}).get(("dataset", dataset), []):
-                        notes.setdefault(schedule_id, []).append(("dataset", (dataset, count)))
+            self._partition_notes(conn, notes)
             dues = self._deliver(conn, notes, now, outcome) if notes else {}
             self._save(conn, outcome, now, dues)
         self._count(outcome)
         return bool(outcome.drafts)
+
+    def _partition_notes(self, conn: Connection, notes: dict[int, list[Any]]) -> None:
+        """New partitions of the watched datasets, to each schedule watching one."""
+        watching = self.store.dataset_watchers(conn) if self.partition_feeds else {}
+        for feed in self.partition_feeds if watching else []:
+            for batch in feed.read(conn, PARTITION_READ, set(watching)):
+                for schedule_id in watching[batch.dataset.full_name]:
+                    notes.setdefault(schedule_id, []).append(("dataset", batch))
 
     def _job_notes(self, conn: Connection, now: datetime) -> dict[int, list[Any]]:
         cursor, events = self.store.read_feed(conn, self._config.batch)
@@ -271,16 +269,13 @@ class ScheduleEvaluator(Loop):
             self._guarded(due, now, outcome, deliver)
         return {due.id: due for due in dues}
 
-    @staticmethod
-    def _notes(spec: ScheduleSpec, due: Due, items: list[Any],
+    def _notes(self, spec: ScheduleSpec, due: Due, items: list[Any],
                now: datetime) -> list[Notification]:
         """The notifications that job events and new partitions make for ``due``."""
         notes = []
         for kind, item in items:
             if kind == "dataset":
-                dataset, count = item
-                notes += [Notification(part=path, kind="partition", at=now, count=count)
-                          for path in _partition_parts(spec, dataset, due.namespace)]
+                notes += self._partitions.notes(spec, due, item, now)
                 continue
             job_event, at = item
             if at < due.enabled_at:
@@ -379,11 +374,3 @@ def _targets(event: JobEvent) -> list[tuple[str, str]]:
     """The watch targets a job event concerns: its job name, and the schedule that
     launched it."""
     return [("job", event.job_name)] + ([("schedule", event.schedule)] if event.schedule else [])
-
-
-def _partition_parts(spec: ScheduleSpec, dataset: str, namespace: str) -> list[str]:
-    """The partition triggers of ``spec`` on ``dataset`` ("namespace/name"; a trigger's
-    bare name is in the schedule's namespace)."""
-    return [path for path, leaf in leaves(spec.trigger) if isinstance(leaf, PartitionTrigger)
-            and (leaf.dataset if "/" in leaf.dataset else f"{namespace}/{leaf.dataset}")
-            == dataset]

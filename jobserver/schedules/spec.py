@@ -174,12 +174,25 @@ class JobStatusTrigger(StrictModel):
         return self
 
 
+def _condition(value: str) -> str:
+    """A filter condition's syntax (``date >= 2026-11-01``, ``shop in (a, b)``,
+    ``meta.source = x``); its field is checked against the dataset's key when the
+    trigger is evaluated, since the dataset may be declared after the schedule."""
+    from jobserver.datasets.filters import split_condition
+
+    split_condition(value)
+    return value
+
+
 class PartitionTrigger(StrictModel):
-    """Fires once ``count`` new partitions of a dataset have arrived."""
+    """Fires once ``count`` new partitions of a dataset have arrived (only those that
+    match ``filter``, conditions in the datasets' filter grammar, when it is given)."""
 
     type: Literal["partition"]
     dataset: Ref
     count: int = Field(default=1, ge=1, le=1_000_000)
+    filter: list[Annotated[str, AfterValidator(_condition)]] = Field(
+        default_factory=list, max_length=16)
     properties: Properties
 
 

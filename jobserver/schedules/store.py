@@ -98,12 +98,13 @@ class Evaluation:
 class Overview:
     """The evaluator's work at a glance: the earliest next check of an enabled
     schedule or a pending schedule-job, how many are pending, whether any waits for
-    its launch and whether any schedule watches job events."""
+    its launch and whether any schedule watches job events, or datasets."""
 
     next_check: datetime | None
     pending: int
     launching: bool
     watches_jobs: bool
+    watches_datasets: bool
 
 
 @dataclass(frozen=True)
@@ -193,10 +194,19 @@ class EvaluatorStore:
         return found
 
     @staticmethod
-    def watches_jobs(conn: Connection) -> bool:
-        """Whether any schedule has a job-status trigger."""
+    def watches_kinds(conn: Connection, kinds: tuple[str, ...]) -> bool:
+        """Whether any schedule watches a target of ``kinds``."""
         return conn.execute(select(watches.c.schedule_id).where(
-            watches.c.kind.in_(("job", "schedule"))).limit(1)).first() is not None
+            watches.c.kind.in_(kinds)).limit(1)).first() is not None
+
+    @staticmethod
+    def dataset_watchers(conn: Connection) -> dict[str, list[int]]:
+        """The schedules watching each dataset ("namespace/name")."""
+        found: dict[str, list[int]] = {}
+        for target, schedule_id in conn.execute(select(watches.c.target, watches.c.schedule_id)
+                                                .where(watches.c.kind == "dataset")):
+            found.setdefault(target, []).append(schedule_id)
+        return found
 
     @staticmethod
     def schedule_names(conn: Connection, ids: set[int]) -> dict[int, str]:
@@ -230,10 +240,11 @@ class EvaluatorStore:
                 .where(schedule_jobs.c.state.in_(PENDING_STATES))).one()
             launching = conn.execute(select(schedule_jobs.c.id).where(
                 schedule_jobs.c.state == "PENDING_LAUNCH").limit(1)).first() is not None
-            watching = self.watches_jobs(conn)
+            jobs_watched = self.watches_kinds(conn, ("job", "schedule"))
+            datasets_watched = self.watches_kinds(conn, ("dataset",))
         times = [as_utc(t) for t in (first, pending) if t is not None]
         return Overview(min(times) if times else None,  # type: ignore[type-var]
-                        int(count), launching, watching)
+                        int(count), launching, jobs_watched, datasets_watched)
 
     def to_launch(self, limit: int) -> list[Launch]:
         with self._tx.read() as conn:

@@ -132,27 +132,30 @@ def test_a_deleted_newest_partition_never_lends_its_id_on_sqlite(tmp_path) -> No
         store.dispose()
 
 
-def test_new_partition_counts_keep_a_cursor_per_dataset(store: Store) -> None:
-    """The reader a partition trigger plugs into the schedule evaluator: counts of
-    partitions added since its last read, its cursors saved in the caller's
-    transaction (a rolled-back read counts them again)."""
+def test_new_partitions_keep_a_cursor_per_dataset(store: Store) -> None:
+    """The reader a partition trigger plugs into the schedule evaluator: partitions
+    added since its last read of the datasets asked for, its cursors saved in the
+    caller's transaction (a rolled-back read returns them again)."""
     from jobserver.datasets.feed import NewPartitions
 
     raw = dataset(store)
     store.partitions.add("default", "raw", [{"key": {"n": 0}, "location": "/p"}])
     feed = NewPartitions(store, "test")
 
-    def read(limit: int = 100) -> list[tuple[str, int]]:
+    def read(limit: int = 100, names: frozenset[str] = frozenset({"default/raw"})
+             ) -> list[tuple[str, list[int]]]:
         with store.tx.write() as conn:
-            return feed.read(conn, limit)
+            return [(batch.dataset.full_name, [p.key["n"] for p in batch.partitions])
+                    for batch in feed.read(conn, limit, set(names))]
 
     assert read() == []  # what existed before its first read is not new
     store.partitions.add("default", "raw", [{"key": {"n": n}, "location": "/p"}
                                             for n in (1, 2, 3)])
+    assert read(names=frozenset({"default/other"})) == []  # not asked for: not read
     with store.tx.write() as conn:  # a read whose transaction rolls back
-        assert feed.read(conn, 100) == [("default/raw", 3)]
+        assert len(feed.read(conn, 100, {"default/raw"})[0].partitions) == 3
         conn.rollback()
-    assert read(2) == [("default/raw", 2)]
-    assert read() == [("default/raw", 1)]
+    assert read(2) == [("default/raw", [1, 2])]
+    assert read() == [("default/raw", [3])]
     assert read() == []
     assert raw.full_name == "default/raw"

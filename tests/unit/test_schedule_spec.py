@@ -103,6 +103,9 @@ def test_yaml_datetimes_are_read_as_iso_strings() -> None:
     ({"type": "job_status", "job": "etl", "states": ["RUNNING"]}, "trigger.states[0]"),
     ({"type": "job_status", "schedule": "a/b/c"}, "trigger.schedule"),
     ({"type": "partition", "dataset": "logs", "count": 0}, "trigger.count"),
+    ({"type": "partition", "dataset": "logs", "filter": ["shop ~ a"]}, "trigger.filter[0]"),
+    ({"type": "partition", "dataset": "logs", "filter": ["day in 1, 2"]},
+     "trigger.filter[0]"),
     ({"type": "nope"}, "trigger"),
     ({"type": "time", "cron": "0 4 * * *", "color": "red"}, "trigger.color"),
 ])

@@ -273,15 +273,21 @@ class ScheduleCatalog:
     def _launched_ahead(self, conn: Connection, schedule_id: int,
                         reason: str) -> builtins.list[tuple[int, str, Any, int]]:
         """The schedule's LAUNCHED schedule-jobs whose jobs were launched ahead and
-        may not start yet, those jobs discarded (``schedules.lead_time``)."""
+        may not start yet, those jobs discarded (``schedules.lead_time``) and the
+        launch keys freed, so that enabling the schedule again before such a fire
+        time launches it anew."""
         table = schedule_jobs
         recent = conn.execute(select(table.c.id, table.c.fire_time, table.c.job_id).where(
             table.c.schedule_id == schedule_id, table.c.state == LAUNCHED,
             table.c.fire_time > self._clock() - LEAD_BOUND)).all()
         discarded = set(discard_waiting(conn, [row.job_id for row in recent if row.job_id],
                                         f"{reason} before its fire time"))
-        return [(row.id, LAUNCHED, row.fire_time, row.job_id) for row in recent
-                if row.job_id in discarded]
+        found = [(row.id, LAUNCHED, row.fire_time, row.job_id) for row in recent
+                 if row.job_id in discarded]
+        if found:  # their launch keys are free, as their jobs' are: see discard_waiting
+            conn.execute(update(table).where(table.c.id.in_([row[0] for row in found]))
+                         .values(launch_key=None))
+        return found
 
     @staticmethod
     def _watch(conn: Connection, schedule_id: int, spec: ScheduleSpec) -> None:

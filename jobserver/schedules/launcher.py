@@ -58,8 +58,9 @@ class Launcher:
         it is saved: each is then saved LAUNCHED with its job (ABORTED if the node
         refuses its template), and the evaluation that decided it becomes its launch
         record. Returns the fire times the jobs launched ahead wait for."""
-        drafts = [draft for draft in outcome.drafts
-                  if draft.state == PENDING_LAUNCH and draft.launch_key is not None]
+        drafts = self._not_launched_before(conn, outcome, [
+            draft for draft in outcome.drafts
+            if draft.state == PENDING_LAUNCH and draft.launch_key is not None])
         if not drafts:
             return set()
         now = self._clock()
@@ -76,25 +77,50 @@ class Launcher:
                 outcome.aborted["template"] = outcome.aborted.get("template", 0) + 1
                 outcome.evaluations.append(Evaluation(draft.schedule_id, "aborted", item,
                                                       draft, draft.fire_time))
-                continue
-            draft.state, draft.job_id = LAUNCHED, job_ids[item.key]
-            lag = (done - (draft.fire_time or draft.created_at)).total_seconds()
-            self._observe(lag)
-            record = Evaluation(draft.schedule_id, "launched", "", draft, draft.fire_time)
-            index = deciding.get(id(draft))
-            if index is not None:
-                record = outcome.evaluations[index]
-            text = _launched(draft.job_id, lag, draft.fire_time is not None)
-            record = replace(record, outcome="launched",
-                             reason=f"{record.reason}; {text}" if record.reason else text,
-                             details={**record.details, "job_id": draft.job_id,
-                                      "lag_seconds": lag})
-            if index is None:
-                outcome.evaluations.append(record)
             else:
-                outcome.evaluations[index] = record
+                draft.state, draft.job_id = LAUNCHED, job_ids[item.key]
+                self._record_launch(draft, done, outcome, deciding.get(id(draft)))
         return {draft.fire_time for draft in drafts
                 if draft.fire_time is not None and draft.fire_time > now}
+
+    def _not_launched_before(self, conn: Connection, outcome: Outcome,
+                             drafts: list[Draft]) -> list[Draft]:
+        """``drafts`` but those whose launch key a schedule-job holds already, each
+        dropped from ``outcome`` and recorded as a skipped fire time: a fire time
+        launched ahead, its schedule disabled and enabled again before that time, and
+        the job not discarded because the store's clock had passed the fire time
+        while the API's had not."""
+        taken = self._store.launch_keys_taken(conn, [draft.launch_key or "" for draft in drafts])
+        if not taken:
+            return drafts
+        for draft in [draft for draft in drafts if draft.launch_key in taken]:
+            outcome.drafts.remove(draft)
+            outcome.evaluations = [row for row in outcome.evaluations if row.draft is not draft]
+            outcome.skipped["launched_before"] = outcome.skipped.get("launched_before", 0) + 1
+            outcome.evaluations.append(Evaluation(
+                draft.schedule_id, "skipped", f"already launched by schedule-job "
+                f"{taken[draft.launch_key or '']}", fire_time=draft.fire_time,
+                details={"reason": "launched_before"}))
+        return [draft for draft in drafts if draft.launch_key not in taken]
+
+    def _record_launch(self, draft: Draft, done: datetime, outcome: Outcome,
+                       index: int | None) -> None:
+        """The launch record of ``draft``: the evaluation at ``index`` (the one that
+        decided the launch) with the job added, or a new one."""
+        assert draft.job_id is not None
+        lag = (done - (draft.fire_time or draft.created_at)).total_seconds()
+        self._observe(lag)
+        record = (Evaluation(draft.schedule_id, "launched", "", draft, draft.fire_time)
+                  if index is None else outcome.evaluations[index])
+        text = _launched(draft.job_id, lag, draft.fire_time is not None)
+        record = replace(record, outcome="launched",
+                         reason=f"{record.reason}; {text}" if record.reason else text,
+                         details={**record.details, "job_id": draft.job_id,
+                                  "lag_seconds": lag})
+        if index is None:
+            outcome.evaluations.append(record)
+        else:
+            outcome.evaluations[index] = record
 
     def launch(self, conn: Connection, launches: list[Launch]) -> set[datetime]:
         """Submit the jobs of ``launches`` (schedule-jobs in PENDING_LAUNCH in the
@@ -162,9 +188,13 @@ class Launcher:
                  if launch.launch_key in job_ids]
         moved = self._store.mark_launched(conn, pairs, now)
         # One aborted meanwhile keeps the job its launch made (it runs, as launched
-        # jobs do), unless that job was launched ahead and may not start yet.
-        discard_waiting(conn, [job_id for launch, job_id in pairs if launch.id not in moved],
-                        "its schedule-job was aborted before its fire time")
+        # jobs do), unless that job was launched ahead and may not start yet: then
+        # the job is discarded and the launch key freed (see discard_waiting).
+        discarded = set(discard_waiting(
+            conn, [job_id for launch, job_id in pairs if launch.id not in moved],
+            "its schedule-job was aborted before its fire time"))
+        self._store.free_launch_keys(conn, [launch.id for launch, job_id in pairs
+                                            if job_id in discarded])
         for launch, job_id in pairs:
             if launch.id in moved:
                 lag = (now - (launch.fire_time or launch.created_at)).total_seconds()

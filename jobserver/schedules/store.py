@@ -344,6 +344,22 @@ class EvaluatorStore:
         return moved
 
     @staticmethod
+    def launch_keys_taken(conn: Connection, keys: list[str]) -> dict[str, int]:
+        """The schedule-jobs holding any of ``keys``, by key."""
+        if not keys:
+            return {}
+        return dict(conn.execute(select(schedule_jobs.c.launch_key, schedule_jobs.c.id)
+                                 .where(schedule_jobs.c.launch_key.in_(keys))).all())
+
+    @staticmethod
+    def free_launch_keys(conn: Connection, schedule_job_ids: list[int]) -> None:
+        """Clear the launch keys of schedule-jobs whose jobs were discarded before
+        they started, so that the same fire time can be launched again."""
+        if schedule_job_ids:
+            conn.execute(update(schedule_jobs).where(schedule_jobs.c.id.in_(schedule_job_ids))
+                         .values(launch_key=None))
+
+    @staticmethod
     def abort_launch(conn: Connection, launch: Launch, reason: str, now: datetime) -> bool:
         return bool(conn.execute(update(schedule_jobs).where(
             schedule_jobs.c.id == launch.id, schedule_jobs.c.state == "PENDING_LAUNCH")

@@ -315,13 +315,18 @@ def discard_waiting(conn: Connection, job_ids: builtins.list[int],
     """Discard those of ``job_ids`` that are READY, unclaimed and may not start yet
     (``not_before`` later than the store's clock), with their steps and audit rows, in
     the caller's transaction; returns the ids discarded. A job whose time has come is
-    left alone: a scheduler may be claiming it, and it runs as launched."""
+    left alone: a scheduler may be claiming it, and it runs as launched.
+
+    A discarded job gives up its idempotency key: it never started, so the key must
+    not stand for it when the same work is launched again (a schedule disabled and
+    enabled again before the fire time launches that fire time anew)."""
     if not job_ids:
         return []
     found = builtins.list(conn.execute(
         update(jobs).where(jobs.c.id.in_(job_ids), jobs.c.state == State.READY.value,
                            jobs.c.node.is_(None), jobs.c.not_before > store_now())
-        .values(state=State.DISCARDED.value, finished_at=store_now(), updated_at=store_now())
+        .values(state=State.DISCARDED.value, finished_at=store_now(), updated_at=store_now(),
+                idempotency_key=None)
         .returning(jobs.c.id)).scalars())
     if not found:
         return []

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from jobserver.schedules.tables import schedules
 from jobserver.store import Store
@@ -91,3 +91,38 @@ def test_stopping_a_schedule_discards_its_job_launched_ahead_only(h: Harness,
         assert (first.state, second.state) == ("LAUNCHED", "ABORTED")
         (aborted,) = h.evaluations(sid, "aborted")
         assert f"job {discarded.id} discarded before its fire time" in aborted.reason
+
+
+def test_enabled_again_before_its_fire_time_it_launches_that_fire_time_anew(
+        h: Harness) -> None:
+    sid = h.add("again", EVERY_MINUTE)
+    h.round(seconds=52)
+    (first,) = h.jobs()
+    h.store.schedules.disable("default", "again")
+    h.store.schedules.enable("default", "again")  # its clock starts now, before 12:01
+    h.clock.at(seconds=53)
+    with h.store.tx.write() as conn:  # as enabling at the evaluator's clock would
+        conn.execute(update(schedules).where(schedules.c.id == sid).values(
+            enabled_at=h.clock.start + timedelta(seconds=52.5), next_check_at=h.clock.now))
+    h.round(seconds=53)
+    discarded, relaunched = h.jobs()
+    assert discarded.id == first.id and discarded.state == "DISCARDED"
+    assert relaunched.state == "READY" and relaunched.not_before == first.not_before
+    assert [sj.state for sj in h.schedule_jobs(sid)] == ["ABORTED", "LAUNCHED"]
+
+
+def test_a_fire_time_already_launched_is_not_launched_twice(h: Harness) -> None:
+    """The schedule enabled again before a fire time launched ahead, its job not
+    discarded (the store's clock had passed the fire time, the API's had not): the
+    evaluator meets that fire time again and records it as skipped."""
+    sid = h.add("twice", EVERY_MINUTE)
+    h.round(seconds=52)
+    with h.store.tx.write() as conn:  # what enabling again leaves, bar the discard
+        conn.execute(update(schedules).where(schedules.c.id == sid).values(
+            trigger_state={}, enabled_at=h.clock.start + timedelta(seconds=52.5),
+            next_check_at=h.clock.start + timedelta(seconds=52.5)))
+    h.round(seconds=53)
+    assert len(h.jobs()) == 1 and len(h.schedule_jobs(sid)) == 1
+    (skipped,) = h.evaluations(sid, "skipped")
+    assert skipped.details == {"reason": "launched_before"}
+    assert skipped.fire_time == h.clock.start + timedelta(minutes=1)

@@ -181,7 +181,8 @@ class SchedulesConfig(_Section):
     # How long before its fire time a firing that depends on the clock alone (time
     # triggers only, no run constraints) is launched, as a job that may not start
     # before the fire time: the job is in the store when its time comes, however many
-    # schedules fire at once. 0 launches every firing when it is due.
+    # schedules fire at once (the evaluator starts earlier, up to 60 s, when firing
+    # takes longer than half of this). 0 launches every firing when it is due.
     lead_time: float = Field(default=10.0, ge=0, le=300)
 
 

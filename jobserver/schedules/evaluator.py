@@ -25,6 +25,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -54,6 +56,10 @@ BROKEN_RETRY = timedelta(minutes=1)
 #: What makes one schedule unevaluable, not the evaluator: anything else ends the
 #: loop (a bug), and store outages are retried by the round.
 SCHEDULE_ERRORS = (TriggerError, ValueError)
+#: The longest the evaluator launches ahead of a fire time, however long firing takes.
+MAX_LEAD = timedelta(seconds=60)
+#: How long the time a firing took counts towards the lead (seconds).
+LEAD_MEMORY = 600.0
 #: New partitions read per dataset and round; more are read in the next round.
 PARTITION_READ = 5000
 #: How often evaluation records older than the retention are deleted.
@@ -86,6 +92,9 @@ class ScheduleEvaluator(Loop):
         self._specs: dict[tuple[int, int], ScheduleSpec] = {}
         self._fire_times: dict[tuple[int, int, str], FireTimes] = {}
         self._lead = timedelta(seconds=config.lead_time)
+        #: The lead in use: lead_time, or longer when firing what was due took long.
+        self.ahead = self._lead
+        self._firings: deque[tuple[float, float]] = deque()  # (monotonic, seconds)
         #: Fire times of jobs launched ahead: the schedulers are woken at each.
         self._releases: set[datetime] = set()
         self._release = release
@@ -143,8 +152,11 @@ class ScheduleEvaluator(Loop):
             with self.store.fenced(key, fence) as conn:
                 self.store.skip_feed(conn)  # nothing watches: a new watcher starts near now
         if work.next_check is not None and work.next_check <= now:
-            while self._fire_due(key, fence, now) >= self._config.batch:
-                pass
+            started = time.monotonic()
+            fired = self._config.batch
+            while fired >= self._config.batch:
+                fired = self._fire_due(key, fence, now)
+            self._adapt_lead(time.monotonic() - started)
             while self._recheck_due(key, fence, now) >= self._config.batch:
                 pass
             changed = True
@@ -158,6 +170,20 @@ class ScheduleEvaluator(Loop):
             self._metrics.pending.set(work.pending)
         return min([t for t in (work.next_check, self._release_due(self._clock()))
                     if t is not None], default=None)
+
+    def _adapt_lead(self, took: float) -> None:
+        """Launch ahead by twice the longest time firing the due schedules took in
+        the last ``LEAD_MEMORY``, when that is longer than ``schedules.lead_time``
+        (at most ``MAX_LEAD``): on a busy machine, many schedules due at once still
+        have their jobs in the store at their fire time. A lead time of 0 stays 0."""
+        if not self._lead:
+            return
+        clock = time.monotonic()
+        self._firings.append((clock, took))
+        while self._firings[0][0] < clock - LEAD_MEMORY:
+            self._firings.popleft()
+        longest = max(seconds for _at, seconds in self._firings)
+        self.ahead = max(self._lead, min(MAX_LEAD, timedelta(seconds=2 * longest)))
 
     def _release_due(self, now: datetime) -> datetime | None:
         """Wake the schedulers if a fire time of jobs launched ahead has come (they
@@ -181,7 +207,7 @@ class ScheduleEvaluator(Loop):
             for due in dues:
                 def fire(part: Outcome, due: Due = due) -> datetime | None:
                     spec = self._spec(due)
-                    ahead = self._lead if launches_ahead(spec) else timedelta(0)
+                    ahead = self.ahead if launches_ahead(spec) else timedelta(0)
                     check = check_time(spec, due, now, part,
                                        functools.partial(self._times, due), ahead)
                     notify(spec, due, pending.get(due.id), check.notes, now, facts, part)

@@ -126,3 +126,16 @@ def test_a_fire_time_already_launched_is_not_launched_twice(h: Harness) -> None:
     (skipped,) = h.evaluations(sid, "skipped")
     assert skipped.details == {"reason": "launched_before"}
     assert skipped.fire_time == h.clock.start + timedelta(minutes=1)
+
+
+def test_the_lead_grows_to_twice_the_longest_recent_firing(h: Harness) -> None:
+    evaluator = h.evaluator
+    evaluator._adapt_lead(12.0)  # firing what was due took 12 s: start 24 s ahead
+    assert evaluator.ahead == timedelta(seconds=24)
+    evaluator._adapt_lead(0.1)  # a quick firing since does not shrink it
+    assert evaluator.ahead == timedelta(seconds=24)
+    evaluator._adapt_lead(45.0)
+    assert evaluator.ahead == timedelta(seconds=60)  # at most MAX_LEAD
+    off = Harness(h.store, lead_time=0.0).evaluator
+    off._adapt_lead(12.0)
+    assert off.ahead == timedelta(0)

@@ -28,9 +28,12 @@ from jobserver.datasets.consumer_spec import ConsumerSpec, check_filter
 from jobserver.datasets.records import DatasetRecord, PartitionRecord
 from jobserver.datasets.spec import digest
 from jobserver.datasets.tables import FEED_ROWS, consumers, partitions, working_sets
+from jobserver.datasets.spec import refuse
+from jobserver.datasets.tables import datasets
 from jobserver.datasets.working_set import (DONE, FAILED, IN_PROGRESS, NEW, ConsumeError,
-                                            Taken, end_start, lookup, take_inputs)
-from jobserver.exceptions import Conflict, ConstraintViolation
+                                            Taken, end_start, env_name, lookup, split_ref,
+                                            take_inputs)
+from jobserver.exceptions import Conflict, ConstraintViolation, NotFound
 from jobserver.schedules.catalog import CREATED, UNCHANGED, plan_put
 from jobserver.store import Transactions
 from jobserver.states import State
@@ -130,6 +133,42 @@ class ConsumerCatalog:
                 end_start(conn, token, State.ERROR, f"inputs: {exc}")
                 return Taken("failed", error=f"inputs: {exc}")
 
+    def check_inputs(self, inputs: builtins.list[Any]) -> None:
+        """A job's inputs (``JobSpec.inputs``) against the store: an unknown dataset
+        or consumer, a ``limit`` above the consumer's ``processing_limit``, or two
+        inputs handed to steps under one name is an :class:`InvalidRequest` naming
+        ``inputs[i].<field>``."""
+        problems: builtins.list[dict[str, str]] = []
+        names: dict[str, int] = {}
+        with self._tx.read() as conn:
+            for index, item in enumerate(inputs):
+                problems += self._input_problems(conn, index, item, names)
+        refuse(problems)
+
+    def _input_problems(self, conn: Connection, index: int, item: Any,
+                        names: dict[str, int]) -> builtins.list[dict[str, str]]:
+        where = f"inputs[{index}]"
+        env = env_name(item.dataset)
+        if env in names:
+            return [{"field": f"{where}.dataset", "message": f"handed to steps as {env}, "
+                     f"as inputs[{names[env]}] is: one input per dataset name"}]
+        names[env] = index
+        namespace, dataset = split_ref(item.dataset)
+        try:
+            row = lookup(conn, namespace, dataset, item.consumer)
+        except NotFound:
+            exists = conn.execute(select(datasets.c.id).where(
+                datasets.c.namespace == namespace, datasets.c.name == dataset)).first()
+            field = "consumer" if exists else "dataset"
+            return [{"field": f"{where}.{field}", "message": (
+                f"dataset {namespace}/{dataset} has no consumer {item.consumer!r}" if exists
+                else f"dataset {namespace}/{dataset} does not exist")}]
+        limit = int(row["spec"].get("processing_limit", 0))
+        if item.limit is not None and item.limit > limit:
+            return [{"field": f"{where}.limit", "message": f"{item.limit} is above the "
+                     f"consumer's processing_limit ({limit})"}]
+        return []
+
     # -- reads ------------------------------------------------------------------------
     def get(self, namespace: str, dataset: str, name: str) -> ConsumerView:
         with self._tx.read() as conn:
@@ -146,8 +185,6 @@ class ConsumerCatalog:
 
     def all(self) -> builtins.list[ConsumerView]:
         """Every consumer of every dataset (for metrics)."""
-        from jobserver.datasets.tables import datasets
-
         with self._tx.read() as conn:
             rows = conn.execute(select(datasets).where(datasets.c.id.in_(
                 select(consumers.c.dataset_id)))).mappings().all()

@@ -72,10 +72,15 @@ class ConsumerCatalog:
             ) -> tuple[ConsumerView | None, str, builtins.list[str]]:
         """Create or update the consumer to match ``spec``; ``(view after, change,
         changed fields)``. The filter is checked against the dataset's key first
-        (:class:`InvalidRequest` naming ``filter[i]``; nothing stored)."""
+        (:class:`InvalidRequest` naming ``filter[i]``; nothing stored). A dry run for a
+        dataset that does not exist yet says ``created``."""
         document = spec.model_dump(mode="json")
         try:
             with self._tx.read() if dry_run else self._tx.write() as conn:
+                if dry_run and self._datasets.find_or_none(conn, spec.namespace,
+                                                           spec.dataset) is None:
+                    # Its dataset may come with it (one ``apply``): checked then.
+                    return None, CREATED, []
                 dataset = self._datasets.find(conn, spec.namespace, spec.dataset, share=True)
                 check_filter(spec, dataset.partition_key)
                 row = self._row(conn, dataset.id, spec.name, lock=not dry_run)

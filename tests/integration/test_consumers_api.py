@@ -59,3 +59,14 @@ def test_a_job_input_is_checked_at_submit(raw: FlaskClient, inputs: list, field:
     assert field in fields_of(error)
     ok(raw.post("/api/v1/jobs", json={**JOB, "inputs": [
         {"dataset": "raw", "consumer": "cleanse", "limit": 100}]}, headers=AUTH), 201)
+
+
+def test_metrics_show_each_consumer_lag_and_totals(raw: FlaskClient) -> None:
+    ok(raw.post(PARTS, json={"partitions": [part(hour=h) for h in range(3)]}, headers=AUTH),
+       201)
+    ok(raw.put(CLEANSE, json={}, headers=AUTH), 201)
+    text = raw.get("/metrics", headers=AUTH).get_data(as_text=True)
+    series = '{consumer="cleanse",dataset="default/raw"}'
+    assert f"jobserver_consumer_lag{series} 3.0" in text
+    assert f"jobserver_consumer_partitions_processed_total{series} 0.0" in text
+    assert f"jobserver_consumer_partitions_failed_total{series} 0.0" in text

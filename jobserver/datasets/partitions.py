@@ -28,7 +28,7 @@ from jobserver.datasets.filters import Filter
 from jobserver.datasets.keys import PartitionKey
 from jobserver.datasets.records import DatasetRecord, PartitionRecord
 from jobserver.datasets.spec import MAX_BATCH, NewPartition, check_partitions, refuse
-from jobserver.datasets.tables import FEED_ROWS, KEY_COLUMNS, partitions
+from jobserver.datasets.tables import KEY_COLUMNS, partitions
 from jobserver.exceptions import Conflict, NotFound
 from jobserver.store import Transactions
 from jobserver.store.bulk import json_rows

@@ -112,6 +112,38 @@ class DatasetResource(PutResource):
     collection, noun = "datasets", "dataset"
 
 
+class ConsumerResource(PutResource):
+    """A ``kind: Consumer`` document: ``dataset`` (in ``namespace``) and ``name``
+    with the consumer's settings; PUT to ``…/datasets/<ns>/<dataset>/consumers/<name>``.
+    Deleting a consumer deletes its working set and pointer."""
+
+    noun = "consumer"
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        super().__init__(document)
+        dataset = _name(self.body, "dataset")
+        self.collection = f"datasets/{self.namespace}/{dataset}/consumers"
+        self.label = f"consumer {self.namespace}/{dataset}/{self.name}"
+
+    def apply(self, client: Client, dry_run: bool) -> Outcome:
+        if self.deleted:
+            return self._delete(client, dry_run)
+        reply = client.request("PUT", self._path(), self.body, query={"dry_run": dry_run})
+        return Outcome(reply["change"], tuple(reply["changed"]))
+
+    def _delete(self, client: Client, dry_run: bool) -> Outcome:
+        try:
+            client.request("GET" if dry_run else "DELETE", self._path())
+        except ApiError as exc:
+            if exc.status == 404:
+                return Outcome(UNCHANGED, absent=True)
+            raise
+        return Outcome(DELETED)
+
+    def _path(self) -> str:
+        return f"/api/v1/{self.collection}/{self.name}"
+
+
 def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
     """A namespace or name, checked here: it becomes part of the URL."""
     value = body.get(field, default)
@@ -123,7 +155,8 @@ def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
 
 #: What each ``kind`` is applied as; later kinds (views, batches) add theirs.
 KINDS: dict[str, Callable[[dict[str, Any]], Resource]] = {"Schedule": ScheduleResource,
-                                                          "Dataset": DatasetResource}
+                                                          "Dataset": DatasetResource,
+                                                          "Consumer": ConsumerResource}
 
 
 class Problem(NamedTuple):

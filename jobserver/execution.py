@@ -53,6 +53,8 @@ class JobExecution:
         self.cancel_detail: str | None = None
         self.requeue = False
         self.fenced_off = False
+        # The partitions this run consumes, by input (see _take_inputs).
+        self.inputs: dict[str, dict[str, Any]] = {}
         # Steps published as RUNNING and not yet as ended: {name: (step, attempt)}.
         self._running_steps: dict[str, tuple[StepRecord, int]] = {}
 
@@ -157,6 +159,8 @@ class JobExecution:
 
     # -- the DAG ------------------------------------------------------------------------
     def _run(self) -> None:
+        if self.job.inputs and not self._take_inputs():
+            return
         steps = self.job.steps or []
         done = {step.name for step in steps if step.state is State.SUCCEED}
         pending = [step for step in steps if step.state is not State.SUCCEED]
@@ -184,6 +188,32 @@ class JobExecution:
             if pool is not None:
                 pool.shutdown(wait=True)
         self._conclude(failed, pending)
+
+    def _take_inputs(self) -> bool:
+        """Take the partitions the job consumes (:mod:`jobserver.datasets.working_set`)
+        before its first step runs; False when the run is over already (nothing to
+        consume, an input gone, or the job no longer ours)."""
+        assert self.job.inputs is not None
+        taken = self._retrying(self._store.consumers.take, self.token, self.job.inputs)
+        seconds = time.monotonic() - self._started
+        if taken.outcome == "run":
+            self.inputs = {item["input"]: item for item in taken.inputs}
+            log.info("job %s consumes %d partition(s)", self.job.id, taken.count,
+                     extra=self.log_fields())
+            return True
+        self._finished = True
+        if taken.outcome == "succeeded":
+            self._publish(State.RUNNING, State.SUCCEED, seconds=seconds,
+                          message="nothing to consume; no step run")
+        elif taken.outcome == "failed":
+            self._publish(State.RUNNING, State.ERROR, seconds=seconds, message=taken.error)
+        elif taken.outcome == "waiting":
+            log.info("job %s: nothing to consume; waiting", self.job.id,
+                     extra=self.log_fields())
+        else:
+            self.cancel(StopReason.OPERATOR)
+            self._publish_operator_stop()
+        return False
 
     @staticmethod
     def _ready(pending: list[StepRecord], done: set[str], room: int) -> list[StepRecord]:
@@ -317,7 +347,7 @@ class JobExecution:
                           attempt=attempt, job_attempt=self.token.attempt,
                           fence=self.token.fence, node=self.token.node,
                           params=self.job.params, shell=self._shell, cancelled=self.cancelled,
-                          started_monotonic=time.monotonic())
+                          started_monotonic=time.monotonic(), inputs=self.inputs)
         try:
             return self._step_types[step.type](step.spec, ctx)
         except Exception as exc:

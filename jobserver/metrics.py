@@ -268,6 +268,30 @@ class StoreCollector:
         yield age
         yield alive
         yield dead
+        yield from self._consumers()
+
+    def _consumers(self) -> Iterator[Metric]:
+        """Cluster-wide consumer figures, one series per dataset and consumer."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        labels = ("dataset", "consumer")
+        lag = GaugeMetricFamily("jobserver_consumer_lag", "Partitions not consumed yet: "
+                                "NEW and IN_PROGRESS plus matching ones after the pointer",
+                                labels=labels)
+        processed = CounterMetricFamily("jobserver_consumer_partitions_processed",
+                                        "Partitions consumed by jobs that succeeded",
+                                        labels=labels)
+        failed = CounterMetricFamily("jobserver_consumer_partitions_failed",
+                                     "Partitions that became FAILED after max_retries",
+                                     labels=labels)
+        for view in self._store.consumers.all():
+            series = (view.dataset.full_name, view.spec.name)
+            lag.add_metric(series, view.lag)
+            processed.add_metric(series, view.processed_total)
+            failed.add_metric(series, view.failed_total)
+        yield lag
+        yield processed
+        yield failed
 
 
 def exposition(store: Any, dead_after: float, local_registry: Any) -> tuple[bytes, str]:

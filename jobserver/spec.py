@@ -118,6 +118,26 @@ StepSpec = Annotated[Union[NoopStep, SleepStep, ShellStep, PythonStep],
 STEP_TYPES = ("noop", "sleep", "shell", "python")
 
 
+#: A dataset an input names: ``name`` (namespace ``default``) or ``namespace/name``.
+DatasetRef = Annotated[str, StringConstraints(
+    pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+MAX_INPUTS = 8
+
+
+class InputSpec(StrictModel):
+    """A dataset the job consumes through one of its consumers: when the job starts
+    it takes up to ``limit`` partitions (at most the consumer's ``processing_limit``;
+    None: that limit) from the consumer's working set. ``on_empty``: with nothing to
+    consume, ``succeed`` ends the job SUCCEED at once with no step run; ``skip`` skips
+    this start: the job waits ``wait_seconds`` (READY) and tries again."""
+
+    dataset: DatasetRef
+    consumer: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    limit: int | None = Field(default=None, ge=1, le=100_000)
+    on_empty: Literal["succeed", "skip"] = "succeed"
+    wait_seconds: float = Field(default=30.0, ge=0.1, le=86400)
+
+
 class JobSpec(StrictModel):
     name: Text
     steps: list[StepSpec] = Field(min_length=1, max_length=MAX_STEPS)
@@ -127,6 +147,7 @@ class JobSpec(StrictModel):
     params: JsonObject = Field(default_factory=dict)
     parallelism: int = Field(default=1, ge=1, le=64)
     not_before: Annotated[AwareDatetime, AfterValidator(_to_utc)] | None = None
+    inputs: list[InputSpec] = Field(default_factory=list, max_length=MAX_INPUTS)
 
 
 class Policy:

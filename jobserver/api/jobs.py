@@ -57,6 +57,7 @@ def submit() -> ResponseReturnValue:
     spec = parse_job(_require_json())
     check_step_types(g.principal, spec)
     dependencies = validate_job(spec, ctx.policy)
+    ctx.store.consumers.check_inputs(spec.inputs)
     # The request's digest tells a retry from a different request under the same key;
     # without a key there is nothing to compare it with.
     digest = None if key is None else hashlib.sha256(

@@ -242,21 +242,26 @@ def _paths() -> dict[str, Any]:
 def document() -> dict[str, Any]:
     # Imported here: the schedules' part of the document is built from this module's
     # helpers.
+    from jobserver.datasets import consumer_openapi as consumers
     from jobserver.datasets import openapi as datasets
+    from jobserver.datasets.consumer_spec import ConsumerSpec
     from jobserver.datasets.spec import DatasetSpec
     from jobserver.schedules import openapi as schedules
     from jobserver.schedules.spec import ScheduleSpec
 
     _, schemas = models_json_schema([(JobSpec, "validation"), (ScheduleSpec, "validation"),
-                                     (DatasetSpec, "validation")], ref_template=REF)
+                                     (DatasetSpec, "validation"),
+                                     (ConsumerSpec, "validation")], ref_template=REF)
     components = dict(schemas.get("$defs", {}))
     components.update(Step=STEP, Job=JOB, Event=EVENT, Node=NODE, Error=ERROR)
     components.update(schedules.schemas(components))
     components.update(datasets.schemas(components))
+    components.update(consumers.schemas(components))
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobserver", "version": __version__},
-        "paths": {**_paths(), **schedules.paths(), **datasets.paths()},
+        "paths": {**_paths(), **schedules.paths(), **datasets.paths(),
+                  **consumers.paths()},
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (
                 "A token from api.tokens (every scope) or from `jobserver token create` "

@@ -157,3 +157,7 @@ def _batch(body: dict[str, Any]) -> list[Any]:
         problems.append({"field": "partitions", "message": "expected a non-empty list"})
     refuse(problems)
     return items
+
+
+# The consumer routes live on this blueprint too.
+from jobserver.datasets import consumer_api as _consumer_api  # noqa: E402,F401

@@ -97,6 +97,11 @@ class DatasetCatalog:
             raise _missing(namespace, name)
         return DatasetRecord.from_row(row)
 
+    def find_or_none(self, conn: Connection, namespace: str,
+                     name: str) -> DatasetRecord | None:
+        row = self._row(conn, namespace, name, lock=False)
+        return None if row is None else DatasetRecord.from_row(row)
+
     def list(self, namespace: str | None = None, limit: int = 50,
              after: tuple[str, str] | None = None,
              ) -> tuple[builtins.list[DatasetRecord], tuple[str, str] | None]:

@@ -23,11 +23,12 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, select, text, tuple_
 
 from jobserver.datasets.catalog import DatasetCatalog
+from jobserver.datasets.feed_read import read_after
 from jobserver.datasets.filters import Filter
 from jobserver.datasets.keys import PartitionKey
 from jobserver.datasets.records import DatasetRecord, PartitionRecord
 from jobserver.datasets.spec import MAX_BATCH, NewPartition, check_partitions, refuse
-from jobserver.datasets.tables import FEED_ROWS, KEY_COLUMNS, partitions
+from jobserver.datasets.tables import KEY_COLUMNS, partitions
 from jobserver.exceptions import Conflict, NotFound
 from jobserver.store import Transactions
 from jobserver.store.bulk import json_rows
@@ -197,19 +198,7 @@ class PartitionRepository:
         """Up to ``limit`` partitions of ``dataset`` after the position ``after``, in
         commit order, in the caller's transaction: a reader that saves the last one's
         :attr:`~PartitionRecord.cursor` never finds a partition before it later."""
-        table = partitions
-        query_ = select(table).where(table.c.dataset_id == dataset.id)
-        if conn.dialect.name == "postgresql":
-            query_ = query_.where(text(FEED_ROWS),
-                                  tuple_(table.c.txid, table.c.id) > tuple_(after.txid,
-                                                                            after.position),
-                                  table.c.txid < horizon(conn)
-                                  ).order_by(table.c.txid, table.c.id)
-        else:
-            query_ = query_.where(table.c.id > after.position).order_by(table.c.id)
-        rows = conn.execute(query_.limit(limit)).mappings().all()
-        key = dataset.partition_key
-        return [PartitionRecord.from_row(row, key) for row in rows]
+        return read_after(conn, dataset, after, limit)
 
     def head(self, conn: Connection, dataset: DatasetRecord) -> Cursor:
         """Where a reader of ``dataset`` that wants none of the partitions already

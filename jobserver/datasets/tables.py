@@ -1,11 +1,12 @@
-"""The datasets' schema; Alembic migration 0006 matches it."""
+"""The datasets' schema; Alembic migrations 0006 (datasets, partitions) and 0007
+(consumers and their working sets) match it."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import (JSON, BigInteger, ForeignKey, Index, String, Table, Text,
+from sqlalchemy import (JSON, BigInteger, ForeignKey, Index, Integer, String, Table, Text,
                         UniqueConstraint, text)
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -82,6 +83,61 @@ class PartitionRow(Base):
 
 commit_ordered(PartitionRow.__table__)
 
+
+class ConsumerRow(Base):
+    """A consumer of a dataset (CDAP's PartitionConsumer): its settings and its
+    pointer, the commit-order position (``pointer_txid``, ``pointer_position``) after
+    which partitions have not been read into its working set yet."""
+
+    __tablename__ = "consumers"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict] = mapped_column(JSON)
+    spec_hash: Mapped[str] = mapped_column(String(64))
+    pointer_txid: Mapped[int] = mapped_column(BigInteger, default=0)
+    pointer_position: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Partitions that left the working set processed (DONE rows purged by a fill),
+    # and FAILED ones an operator put back to NEW: the monotonic totals are these
+    # plus the DONE and FAILED rows still in the working set.
+    processed: Mapped[int] = mapped_column(BigInteger, default=0)
+    failed_reset: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (UniqueConstraint("dataset_id", "name"),)
+
+
+class WorkingSetRow(Base):
+    """One partition in a consumer's working set: NEW, IN_PROGRESS (``job_id`` at
+    ``job_attempt`` holds it until ``lease_expires_at``), FAILED (after
+    ``max_retries`` + 1 failed attempts) or DONE (processed; purged by the next fill).
+    ``attempts`` counts the failed ones."""
+
+    __tablename__ = "consumer_partitions"
+
+    consumer_id: Mapped[int] = mapped_column(
+        ForeignKey("consumers.id", ondelete="CASCADE"), primary_key=True)
+    partition_id: Mapped[int] = mapped_column(
+        ForeignKey("partitions.id", ondelete="CASCADE"), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    job_id: Mapped[int | None] = mapped_column(BigInteger)
+    job_attempt: Mapped[int | None] = mapped_column(Integer)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index("ix_consumer_partitions_consumer_id_state", "consumer_id", "state",
+              "partition_id"),
+        Index("ix_consumer_partitions_job_id", "job_id"),
+        Index("ix_consumer_partitions_partition_id", "partition_id"),
+    )
+
 # Declarative models type __table__ as a FromClause; each of these is a Table.
 datasets = cast(Table, DatasetRow.__table__)
 partitions = cast(Table, PartitionRow.__table__)
+consumers = cast(Table, ConsumerRow.__table__)
+working_sets = cast(Table, WorkingSetRow.__table__)

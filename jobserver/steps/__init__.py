@@ -31,6 +31,10 @@ class StepContext:
     shell: ShellStepConfig
     cancelled: threading.Event = field(default_factory=threading.Event)
     started_monotonic: float = field(default_factory=time.monotonic)
+    #: What the job consumes, by the dataset as its input names it: ``{"dataset",
+    #: "consumer", "partitions": [{"id", "key", "location", "metadata",
+    #: "created_at", "failed_attempts"}]}`` (jobserver.datasets.working_set).
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 StepFunction = Callable[[dict[str, Any], StepContext], StepOutcome]

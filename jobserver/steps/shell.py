@@ -75,7 +75,19 @@ def build_env(spec: dict[str, Any], ctx: Any, metrics_file: Path,
     })
     if partitions_file is not None:
         env[PARTITIONS_ENV] = str(partitions_file)
+        env.update(_input_files(ctx, partitions_file.parent))
     return env
+
+
+def _input_files(ctx: Any, directory: Path) -> dict[str, str]:
+    """Each input's partitions as a JSON file, named by ``JOBSERVER_INPUT_<DATASET>``."""
+    named = {}
+    for item in (getattr(ctx, "inputs", None) or {}).values():
+        path = directory / f"{item['env'].lower()}.json"
+        path.write_text(json.dumps({key: item[key] for key in
+                                    ("dataset", "consumer", "partitions")}))
+        named[item["env"]] = str(path)
+    return named
 
 
 #: Steps die with their node: when the node process is killed, the kernel sends the

@@ -4,7 +4,7 @@
 the API does), ``runs`` (what schedulers and runners do), ``servers`` (nodes and
 heartbeats), ``epochs`` (fence counters for lock backends), ``tokens`` (API
 tokens), ``schedules`` (the schedule catalog users change, see
-:mod:`jobserver.schedules.catalog`), ``datasets`` and ``partitions`` (see
+:mod:`jobserver.schedules.catalog`), ``datasets``, ``partitions`` and ``consumers`` (see
 :mod:`jobserver.datasets`).
 
 Every statement runs inside :class:`Transactions`, whose context managers raise
@@ -99,6 +99,7 @@ class Store:
     def __init__(self, url: str, pool_size: int = 5, notify: bool = True,
                  stall_timeout: float | None = None) -> None:
         from jobserver.datasets.catalog import DatasetCatalog
+        from jobserver.datasets.consumers import ConsumerCatalog
         from jobserver.datasets.partitions import PartitionRepository
         from jobserver.schedules.catalog import ScheduleCatalog
         from jobserver.store.epochs import EpochRepository
@@ -118,6 +119,7 @@ class Store:
         self.schedules = ScheduleCatalog(self.tx)
         self.datasets = DatasetCatalog(self.tx)
         self.partitions = PartitionRepository(self.tx, self.datasets)
+        self.consumers = ConsumerCatalog(self.tx, self.datasets)
 
     @property
     def dialect(self) -> str:

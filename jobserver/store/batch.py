@@ -92,9 +92,21 @@ def _complete_sqlite(conn: Connection, rows: list[dict[str, Any]]) -> Written:
         for (job_id,) in conn.exec_driver_sql(query("complete_jobs.sqlite"),
                                               (json.dumps(finishing),)).all():
             written.jobs.add(by_job[job_id]["i"])
+        _settle_consumed(conn, [row for row in finishing if row["i"] in written.jobs])
     record_events(conn, [_step_event(row) for row in rows if row["i"] in written.steps]
                   + [_job_event(row) for row in rows if row["i"] in written.jobs])
     return written
+
+
+def _settle_consumed(conn: Connection, ended: list[dict[str, Any]]) -> None:
+    """The partitions of the runs that just ended: what ``complete`` does on
+    PostgreSQL, in the same transaction as their final state."""
+    from jobserver.datasets import working_set
+
+    working_set.consumed(conn, [(row["job_id"], row["attempt"]) for row in ended
+                                if row["job_state"] == State.SUCCEED.value])
+    working_set.settle(conn, [row["job_id"] for row in ended
+                              if row["job_state"] != State.SUCCEED.value])
 
 
 def _step_event(row: dict[str, Any]) -> AuditEvent:

@@ -247,6 +247,7 @@ class JobRepository:
             conn.execute(update(jobs).where(jobs.c.id == job_id)
                          .values(**_job_values(operation)))
             changed = _reset_steps(conn, job_id, operation)
+            _settle_inputs(conn, job_id, operation)
             if operation.target is State.READY:
                 self._tx.notify(conn)
             record_events(conn, [
@@ -264,12 +265,21 @@ def _insert_values(spec: JobSpec, dependencies: list[list[str]], idempotency_key
                                    if spec.assigned_servers else None),
               "params": spec.params, "parallelism": spec.parallelism,
               "not_before": spec.not_before, "idempotency_key": idempotency_key,
-              "request_hash": request_hash}
+              "request_hash": request_hash,
+              "inputs": ([item.model_dump(mode="json") for item in spec.inputs]
+                         if spec.inputs else None)}
     step_rows = [{"position": index, "name": step.name, "type": step.type,
                   "spec": step_columns(step), "depends_on": deps, "retries": step.retries,
                   "retry_backoff": step.retry_backoff, "retryable": step.retryable}
                  for index, (step, deps) in enumerate(zip(spec.steps, dependencies))]
     return values, step_rows
+
+
+def _settle_inputs(conn: Connection, job_id: int, operation: Operation) -> None:
+    """A paused or discarded run gives its partitions back (a failed attempt each)."""
+    from jobserver.datasets.working_set import settle
+
+    settle(conn, [job_id], error=f"job {operation.target.value.lower()} by operator")
 
 
 def _job_values(operation: Operation) -> dict[str, Any]:

@@ -84,6 +84,9 @@ class JobRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The datasets the job consumes (JobSpec.inputs as JSON; NULL: none). Last, as
+    # migration 0007 added it: the claim returns the columns in this order.
+    inputs: Mapped[list | None] = mapped_column(JSON)
 
     __table_args__ = (
         Index("ix_jobs_state_id", "state", "id"),

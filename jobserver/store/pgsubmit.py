@@ -35,7 +35,8 @@ def submit(conn: Connection, values: dict[str, Any], step_rows: list[dict[str, A
     """Insert one job (``values``: its ``jobs`` columns) with its steps, on an
     autocommit connection; NOTIFY ``channel`` unless None. Returns the job as stored."""
     params = dict(values, params=json.dumps(values["params"]), steps=json.dumps(step_rows),
-                  channel=channel)
+                  channel=channel, inputs=(None if values["inputs"] is None
+                                           else json.dumps(values["inputs"])))
     cursor = conn.connection.cursor()
     try:
         cursor.execute(query("submit"), params)

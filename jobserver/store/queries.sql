@@ -78,7 +78,7 @@ SELECT claimed.id, claimed.name, claimed.state, claimed.priority, claimed.lock_k
   claimed.assigned_servers, claimed.params, claimed.parallelism, claimed.not_before,
   claimed.idempotency_key, claimed.request_hash, claimed.node, claimed.fence,
   claimed.attempt, claimed.error, claimed.created_at, claimed.updated_at,
-  claimed.started_at, claimed.finished_at,
+  claimed.started_at, claimed.finished_at, claimed.inputs,
   s.id, s.job_id, s.position, s.name, s.type, s.spec, s.depends_on, s.retries,
   s.retry_backoff, s.retryable,
   CASE WHEN started.id IS NULL THEN s.state ELSE 'RUNNING' END,
@@ -127,6 +127,24 @@ WITH v AS MATERIALIZED (
     AND jobs.attempt = v.attempt AND jobs.state = 'RUNNING'
     AND jobs.id = ANY(%(job_ids)s)
   RETURNING v.i
+), ws AS (
+  -- The partitions the finished runs consumed (jobserver.datasets.working_set): DONE
+  -- with a SUCCEED; otherwise back to NEW with one more failed attempt, or FAILED
+  -- past the consumer's max_retries. Only rows the run holds (IN_PROGRESS under its
+  -- job and attempt): a job without inputs finds none through the job_id index.
+  UPDATE consumer_partitions AS cp SET
+    state = CASE WHEN v.job_state = 'SUCCEED' THEN 'DONE'
+                 WHEN cp.attempts + 1 > CAST(c.spec ->> 'max_retries' AS int) THEN 'FAILED'
+                 ELSE 'NEW' END,
+    attempts = CASE WHEN v.job_state = 'SUCCEED' THEN cp.attempts ELSE cp.attempts + 1 END,
+    job_id = CASE WHEN v.job_state = 'SUCCEED' THEN cp.job_id END,
+    job_attempt = CASE WHEN v.job_state = 'SUCCEED' THEN cp.job_attempt END,
+    lease_expires_at = NULL,
+    last_error = CASE WHEN v.job_state = 'SUCCEED' THEN cp.last_error ELSE v.job_error END
+  FROM v, consumers AS c
+  WHERE v.i IN (SELECT i FROM j) AND c.id = cp.consumer_id
+    AND cp.job_id = v.job_id AND cp.job_attempt = v.attempt AND cp.state = 'IN_PROGRESS'
+    AND cp.job_id = ANY(%(job_ids)s)
 ), e AS (
   INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
                           message, at)
@@ -237,10 +255,11 @@ RETURNING id, attempt, started_at;
 WITH job AS (
   INSERT INTO jobs (name, state, priority, lock_key, assigned_servers, params, parallelism,
                     not_before, idempotency_key, request_hash, fence, attempt, created_at,
-                    updated_at)
+                    updated_at, inputs)
   VALUES (%(name)s, 'READY', %(priority)s, %(lock_key)s, %(assigned_servers)s,
           CAST(%(params)s AS json), %(parallelism)s, %(not_before)s, %(idempotency_key)s,
-          %(request_hash)s, 0, 0, clock_timestamp(), clock_timestamp())
+          %(request_hash)s, 0, 0, clock_timestamp(), clock_timestamp(),
+          CAST(%(inputs)s AS json))
   RETURNING *
 ), step AS (
   INSERT INTO steps (job_id, position, name, type, spec, depends_on, retries,
@@ -259,7 +278,7 @@ WITH job AS (
 SELECT job.id, job.name, job.state, job.priority, job.lock_key, job.assigned_servers,
   job.params, job.parallelism, job.not_before, job.idempotency_key, job.request_hash,
   job.node, job.fence, job.attempt, job.error, job.created_at, job.updated_at,
-  job.started_at, job.finished_at,
+  job.started_at, job.finished_at, job.inputs,
   (SELECT json_agg(step ORDER BY step.position) FROM step) AS step_rows,
   CASE WHEN CAST(%(channel)s AS text) IS NOT NULL
        THEN pg_notify(%(channel)s, '') IS NULL END AS woken
@@ -392,14 +411,14 @@ WITH v AS (
   SELECT * FROM json_to_recordset(CAST(%(jobs)s AS json)) AS v(
     name text, priority int, lock_key text, assigned_servers text, params json,
     parallelism int, not_before timestamptz, idempotency_key text, request_hash text,
-    steps json)
+    steps json, inputs json)
 ), job AS (
   INSERT INTO jobs (name, state, priority, lock_key, assigned_servers, params, parallelism,
                     not_before, idempotency_key, request_hash, fence, attempt, created_at,
-                    updated_at)
+                    updated_at, inputs)
   SELECT name, 'READY', priority, lock_key, assigned_servers, params, parallelism,
          not_before, idempotency_key, request_hash, 0, 0, clock_timestamp(),
-         clock_timestamp()
+         clock_timestamp(), inputs
   FROM v
   ON CONFLICT (idempotency_key) DO NOTHING
   RETURNING id, idempotency_key

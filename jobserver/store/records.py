@@ -124,6 +124,8 @@ class JobRecord:
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    # The datasets the job consumes: JobSpec.inputs as JSON, None for none.
+    inputs: list[dict[str, Any]] | None = None
     steps_done: int = 0
     steps_total: int = 0
     steps: list[StepRecord] | None = None

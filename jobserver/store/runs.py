@@ -249,6 +249,7 @@ class RunRepository:
             if result.rowcount == 0:
                 self._refusal(conn, token)
                 return False
+            _settle_inputs(conn, token, state is State.SUCCEED)
             record_events(conn, [AuditEvent.of_run(token, State.RUNNING, state,
                                                    message=error)])
             return True
@@ -262,6 +263,9 @@ class RunRepository:
                 .values(state=State.READY.value, node=None, updated_at=store_now()))
             if not result.rowcount:
                 return False
+            from jobserver.datasets.working_set import settle
+
+            settle(conn, [token.job_id], error=message, count=False)
             names = conn.execute(
                 update(steps).where(steps.c.job_id == token.job_id,
                                     steps.c.state == State.RUNNING.value)
@@ -348,6 +352,17 @@ def holds(conn: Connection, token: ClaimToken) -> bool:
     if error is not None:
         raise error
     return False
+
+
+def _settle_inputs(conn: Connection, token: ClaimToken, succeeded: bool) -> None:
+    """The partitions the run consumed, as its end decides (see
+    :mod:`jobserver.datasets.working_set`), in the transaction writing the end."""
+    from jobserver.datasets import working_set
+
+    if succeeded:
+        working_set.consumed(conn, [(token.job_id, token.attempt)])
+    else:
+        working_set.settle(conn, [token.job_id])
 
 
 def _refusal_error(conn: Connection, token: ClaimToken) -> FencedOff | None:

@@ -151,4 +151,7 @@ def _requeue(conn: Connection, job: Any, node_id: str, rescuer: str) -> State | 
                                       message=message))
     record_events(conn, [AuditEvent(job.id, State.RUNNING, target, None, rescuer, job.fence,
                                     job.attempt, message)] + step_events)
+    from jobserver.datasets.working_set import settle
+
+    settle(conn, [job.id], error=message)
     return target

@@ -82,7 +82,10 @@ ROUTES = [("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("get", "/api/v1/jo
     ("get", f"/api/v1/schedules/default/nightly/{r}") for r in ("jobs", "evaluations")] + [
     ("get", "/api/v1/datasets"), ("post", "/api/v1/datasets")] + [
     (m, "/api/v1/datasets/default/nightly") for m in ("get", "put", "delete")] + [
-    (m, "/api/v1/datasets/default/nightly/partitions") for m in ("get", "post", "delete")]
+    (m, "/api/v1/datasets/default/nightly/partitions") for m in ("get", "post", "delete")] + [
+    ("get", "/api/v1/datasets/default/nightly/consumers"),
+    ("post", "/api/v1/datasets/default/nightly/consumers/c1/reset-failed")] + [
+    (m, "/api/v1/datasets/default/nightly/consumers/c1") for m in ("get", "put", "delete")]
 
 
 @pytest.mark.parametrize("method,path", ROUTES)
@@ -401,12 +404,13 @@ def test_openapi_documents_every_route_and_resolves_refs(api: Api) -> None:
     assert doc["openapi"] == "3.1.0"
     assert {"JobSpec", "Job", "Error"} <= set(doc["components"]["schemas"])
     expected = {(m, p.replace("/1", "/{job_id}").replace("/default/nightly",
-                                                          "/{namespace}/{name}"))
+                                                          "/{namespace}/{name}")
+                 .replace("/consumers/c1", "/consumers/{consumer}"))
                 for m, p in ROUTES} | {("get", "/healthz")}
     served = set()  # every route the app really serves, in OpenAPI's spelling
     for rule in client.application.url_map.iter_rules():
         path = re.sub(r"<int[^>]*:job_id>", "{job_id}", rule.rule)
-        path = re.sub(r"<(namespace|name)>", r"{\1}", path)
+        path = re.sub(r"<(namespace|name|consumer)>", r"{\1}", path)
         choices = re.search(r"<any\(([^)]*)\):action>", path)
         for option in choices.group(1).split(", ") if choices else [None]:
             served |= {(m.lower(), path.replace(choices.group(0), option) if option else path)

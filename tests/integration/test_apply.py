@@ -236,3 +236,19 @@ def test_bad_partition_arguments_exit_2(run: Run, store: Store, tmp_path: Path,
     code, _, err = run("partitions", "add", "raw", *args)
     assert code == 2 and message in err, err
     assert store.datasets.get("default", "raw").partition_count == 0
+
+
+def test_a_consumer_applies_with_its_dataset(run: Run, store: Store, tmp_path: Path) -> None:
+    documents = DATASET.format(description="raw") + (
+        "---\nkind: Consumer\ndataset: raw\nname: cleanse\nprocessing_limit: 10\n"
+        "filter: ['hour >= 6']\n")
+    path = write(tmp_path, documents)
+    assert run("apply", path)[1] == ("dataset default/raw: created\n"
+                                     "consumer default/raw/cleanse: created\n")
+    assert run("apply", path)[1].endswith("consumer default/raw/cleanse: unchanged\n")
+    assert store.consumers.get("default", "raw", "cleanse").spec.filter == ["hour >= 6"]
+    bad = write(tmp_path, "kind: Consumer\ndataset: raw\nname: c2\nfilter: ['shop = x']\n")
+    code, _, err = run("apply", bad)
+    assert code == 1 and "filter[0]" in err
+    gone = write(tmp_path, "kind: Consumer\ndataset: raw\nname: cleanse\ndeleted: true\n")
+    assert run("apply", gone)[1] == "consumer default/raw/cleanse: deleted\n"

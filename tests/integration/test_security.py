@@ -63,7 +63,15 @@ ROUTE_SCOPES = {("get", "/api/v1/jobs"): "read", ("post", "/api/v1/jobs"): "subm
                 ("delete", "/api/v1/datasets/default/nightly"): "operate",
                 ("get", "/api/v1/datasets/default/nightly/partitions"): "read",
                 ("post", "/api/v1/datasets/default/nightly/partitions"): "submit",
-                ("delete", "/api/v1/datasets/default/nightly/partitions"): "operate"}
+                ("delete", "/api/v1/datasets/default/nightly/partitions"): "operate",
+                # Consumers as datasets: declaring needs submit; deleting one and
+                # retrying its FAILED partitions operate.
+                ("get", "/api/v1/datasets/default/nightly/consumers"): "read",
+                ("get", "/api/v1/datasets/default/nightly/consumers/c1"): "read",
+                ("put", "/api/v1/datasets/default/nightly/consumers/c1"): "submit",
+                ("delete", "/api/v1/datasets/default/nightly/consumers/c1"): "operate",
+                ("post", "/api/v1/datasets/default/nightly/consumers/c1/reset-failed"):
+                    "operate"}
 
 
 def bearer(secret: str) -> dict[str, str]:

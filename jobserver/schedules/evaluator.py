@@ -289,19 +289,19 @@ class ScheduleEvaluator(Loop):
         for due in dues:
             def deliver(part: Outcome, due: Due = due) -> None:
                 spec = self._spec(due)
-                notes = self._notes(spec, due, found[due.id], now)
+                notes = self._notes(conn, spec, due, found[due.id], now)
                 notify(spec, due, pending.get(due.id), notes, now, facts, part)
 
             self._guarded(due, now, outcome, deliver)
         return {due.id: due for due in dues}
 
-    def _notes(self, spec: ScheduleSpec, due: Due, items: list[Any],
+    def _notes(self, conn: Connection, spec: ScheduleSpec, due: Due, items: list[Any],
                now: datetime) -> list[Notification]:
         """The notifications that job events and new partitions make for ``due``."""
         notes = []
         for kind, item in items:
             if kind == "dataset":
-                notes += self._partitions.notes(spec, due, item, now)
+                notes += self._partitions.notes(conn, spec, due, item, now)
                 continue
             job_event, at = item
             if at < due.enabled_at:

@@ -185,11 +185,14 @@ def _condition(value: str) -> str:
 
 
 class PartitionTrigger(StrictModel):
-    """Fires once ``count`` new partitions of a dataset have arrived (only those that
-    match ``filter``, conditions in the datasets' filter grammar, when it is given)."""
+    """Fires once ``count`` new partitions of a dataset have arrived: only those that
+    match ``filter`` (conditions in the datasets' filter grammar) when it is given,
+    and only those ``consumer`` would take (its filter and window) when it is named
+    (CDAP's ``triggerOnPartitions``; the launched job consumes them)."""
 
     type: Literal["partition"]
     dataset: Ref
+    consumer: Ident | None = None
     count: int = Field(default=1, ge=1, le=1_000_000)
     filter: list[Annotated[str, AfterValidator(_condition)]] = Field(
         default_factory=list, max_length=16)

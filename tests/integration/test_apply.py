@@ -86,6 +86,21 @@ def test_the_example_applies_and_a_second_apply_changes_nothing(run: Run,
     assert [line.split(": ")[1] for line in out.splitlines()] == ["unchanged"] * 3
 
 
+def test_the_datasets_example_applies_and_a_second_apply_changes_nothing(
+        run: Run, store: Store) -> None:
+    example = EXAMPLE.with_name("datasets.yaml")
+    code, out, err = run("apply", str(example), "--dry-run")
+    assert (code, err) == (0, "")
+    assert [line.split(": ")[1] for line in out.splitlines()] == ["would create"] * 3
+    code, out, err = run("apply", str(example))
+    assert (code, err) == (0, "")
+    assert [line.split(": ")[1] for line in out.splitlines()] == ["created"] * 3
+    assert stored(store) == {"default/cleanse-raw": (True, 1)}
+    code, out, err = run("apply", str(example))
+    assert (code, err) == (0, "")
+    assert [line.split(": ")[1] for line in out.splitlines()] == ["unchanged"] * 3
+
+
 def test_a_change_is_shown_then_applied(run: Run, store: Store, tmp_path: Path) -> None:
     first = SCHEDULE.format(name="a", cron="0 1 * * *")
     second = SCHEDULE.format(name="b", cron="0 2 * * *")

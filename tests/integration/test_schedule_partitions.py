@@ -74,3 +74,25 @@ def test_a_filter_on_a_field_the_dataset_lacks_is_an_error_of_that_schedule(
     (error,) = h.evaluations(broken, "error")
     assert "trigger.filter[0]" in error.reason and "region" in error.reason
     assert [sj.state for sj in h.schedule_jobs(fine)] == ["LAUNCHED"]
+
+
+def test_a_trigger_on_a_consumer_counts_what_that_consumer_would_take(h: Harness) -> None:
+    from jobserver.datasets.consumer_spec import parse_consumer
+
+    h.store.consumers.put(parse_consumer({"dataset": "raw", "name": "cleanse",
+                                          "filter": ["shop = a"]}))
+    sid = h.add("on-cleanse", trigger(consumer="cleanse", count=2,
+                                      filter=["day >= 2026-11-02"]))
+    h.round(seconds=1)
+    add(h, ("2026-11-02", "a"), ("2026-11-02", "b"), ("2026-11-01", "a"))
+    h.round(seconds=2)
+    assert [sj.state for sj in h.schedule_jobs(sid)] == ["PENDING_TRIGGER"]
+    add(h, ("2026-11-03", "a"))
+    h.round(seconds=3)
+    assert [sj.state for sj in h.schedule_jobs(sid)] == ["LAUNCHED"]
+    missing = h.add("no-consumer", trigger(consumer="nobody"))
+    h.round(seconds=4)
+    add(h, ("2026-11-04", "a"))
+    h.round(seconds=5)
+    (error,) = h.evaluations(missing, "error")
+    assert "has no consumer nobody" in error.reason

@@ -152,11 +152,12 @@ class ScheduleEvaluator(Loop):
             with self.store.fenced(key, fence) as conn:
                 self.store.skip_feed(conn)  # nothing watches: a new watcher starts near now
         if work.next_check is not None and work.next_check <= now:
-            started = time.monotonic()
-            fired = self._config.batch
+            started, fired = time.monotonic(), self._config.batch
             while fired >= self._config.batch:
                 fired = self._fire_due(key, fence, now)
-            self._adapt_lead(time.monotonic() - started)
+                # Each batch's next fire times are set with the lead known so far:
+                # the later batches of a long firing move their next one earlier.
+                self._adapt_lead(time.monotonic() - started)
             while self._recheck_due(key, fence, now) >= self._config.batch:
                 pass
             changed = True
@@ -172,10 +173,11 @@ class ScheduleEvaluator(Loop):
                     if t is not None], default=None)
 
     def _adapt_lead(self, took: float) -> None:
-        """Launch ahead by twice the longest time firing the due schedules took in
-        the last ``LEAD_MEMORY``, when that is longer than ``schedules.lead_time``
-        (at most ``MAX_LEAD``): on a busy machine, many schedules due at once still
-        have their jobs in the store at their fire time. A lead time of 0 stays 0."""
+        """Launch ahead by twice the longest time firing the due schedules took (so
+        far, in a firing under way) in the last ``LEAD_MEMORY``, when that is longer
+        than ``schedules.lead_time`` (at most ``MAX_LEAD``): on a busy machine, many
+        schedules due at once still have their jobs in the store at their fire time.
+        A lead time of 0 stays 0."""
         if not self._lead:
             return
         clock = time.monotonic()

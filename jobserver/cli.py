@@ -189,7 +189,7 @@ def _client_command(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.command == "schedules":
         return cli_schedules.run(args, client)
-    if args.command in ("datasets", "partitions"):
+    if args.command in ("datasets", "partitions", "consumers"):
         return cli_datasets.run(args, client)
     if args.command == "apply":
         from jobserver.apply import run

@@ -1,4 +1,5 @@
-"""``jobserver datasets list|show|delete`` and ``jobserver partitions list|add|delete``.
+"""``jobserver datasets list|show|delete``, ``jobserver partitions list|add|delete``
+and ``jobserver consumers list|show|reset-failed|delete``.
 
 Client commands over the API. A dataset is named ``namespace/name``; a bare ``name``
 is in the namespace ``default``. Datasets are created and changed declaratively with
@@ -39,7 +40,7 @@ def add_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], Non
         command = actions.add_parser(action, help=text)
         command.add_argument("dataset", help="NAMESPACE/NAME, or NAME in 'default'")
         commands.append(command)
-    commands += _partitions_parser(sub)
+    commands += _partitions_parser(sub) + _consumers_parser(sub)
     for command in commands:
         client_options(command)
 
@@ -73,9 +74,30 @@ def _partitions_parser(sub: Any) -> list[argparse.ArgumentParser]:
     return commands
 
 
+def _consumers_parser(sub: Any) -> list[argparse.ArgumentParser]:
+    consumers = sub.add_parser("consumers", help="a dataset's consumers: their lag and "
+                                                 "working sets (declare them with apply)")
+    actions = consumers.add_subparsers(dest="consumers_action", required=True)
+    listing = actions.add_parser("list", help="the dataset's consumers with their lag "
+                                              "and working-set counts")
+    listing.add_argument("dataset", help="NAMESPACE/NAME, or NAME in 'default'")
+    commands = [listing]
+    for action, text in (("show", "one consumer as JSON: pointer, working set, FAILED "
+                                  "partitions with their errors, lag"),
+                         ("reset-failed", "put its FAILED partitions back to NEW"),
+                         ("delete", "delete the consumer and its working set")):
+        command = actions.add_parser(action, help=text)
+        command.add_argument("dataset", help="NAMESPACE/NAME, or NAME in 'default'")
+        command.add_argument("consumer")
+        commands.append(command)
+    return commands
+
+
 def run(args: argparse.Namespace, client: Client) -> int:
     if args.command == "partitions":
         return _partitions(args, client)
+    if args.command == "consumers":
+        return _consumers(args, client)
     action = args.datasets_action
     if action == "list":
         page = client.datasets(namespace=args.namespace, limit=args.limit)
@@ -87,6 +109,26 @@ def run(args: argparse.Namespace, client: Client) -> int:
     else:
         client.delete_resource("datasets", namespace, name)
         print(f"dataset {namespace}/{name}: deleted")
+    return 0
+
+
+def _consumers(args: argparse.Namespace, client: Client) -> int:
+    namespace, name = split_name(args.dataset)
+    base = f"/api/v1/datasets/{namespace}/{name}/consumers"
+    action = args.consumers_action
+    if action == "list":
+        print(consumers_view(client.request("GET", base)["consumers"]))
+        return 0
+    path = f"{base}/{args.consumer}"
+    if action == "show":
+        print(json.dumps(client.request("GET", path), indent=2))
+    elif action == "reset-failed":
+        reset = client.request("POST", f"{path}/reset-failed")["reset"]
+        print(f"consumer {namespace}/{name}/{args.consumer}: {reset} FAILED partition(s) "
+              "back to NEW")
+    else:
+        client.request("DELETE", path)
+        print(f"consumer {namespace}/{name}/{args.consumer}: deleted")
     return 0
 
 
@@ -186,3 +228,13 @@ def partitions_view(partitions: list[dict[str, Any]]) -> str:
         rows.append((str(item["id"]), key, item["location"][:60], item["created_at"] or "",
                      by))
     return table(rows) if partitions else "(no partitions)"
+
+
+def consumers_view(consumers: list[dict[str, Any]]) -> str:
+    rows = [("CONSUMER", "LAG", "NEW", "IN_PROGRESS", "FAILED", "PROCESSED")]
+    for item in consumers:
+        counts = item["working_set"]
+        rows.append((item["name"], str(item["lag"]), str(counts.get("NEW", 0)),
+                     str(counts.get("IN_PROGRESS", 0)), str(counts.get("FAILED", 0)),
+                     str(item["processed_total"])))
+    return table(rows) if consumers else "(no consumers)"

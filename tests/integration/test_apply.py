@@ -237,6 +237,24 @@ def test_datasets_and_partitions_commands(run: Run, store: Store, tmp_path: Path
     assert run("datasets", "delete", "raw")[1] == "dataset default/raw: deleted\n"
 
 
+def test_consumers_commands(run: Run, store: Store, tmp_path: Path) -> None:
+    example = EXAMPLE.with_name("datasets.yaml")
+    assert run("apply", str(example))[0] == 0
+    store.partitions.add("default", "raw", [{"key": {"date": "2026-11-01", "hour": h},
+                                             "location": "/p"} for h in (5, 6, 7)])
+    code, out, _ = run("consumers", "list", "raw")
+    assert code == 0 and out.splitlines()[1].split() == ["cleanse", "2", "0", "0", "0", "0"]
+    shown = json.loads(run("consumers", "show", "raw", "cleanse")[1])
+    assert shown["lag"] == 2 and shown["spec"]["filter"] == ["hour >= 6"]
+    assert run("consumers", "reset-failed", "raw", "cleanse")[1] == \
+        "consumer default/raw/cleanse: 0 FAILED partition(s) back to NEW\n"
+    code, _, err = run("consumers", "show", "raw", "nobody")
+    assert code != 0 and "nobody" in err
+    assert run("consumers", "delete", "raw", "cleanse")[1] == \
+        "consumer default/raw/cleanse: deleted\n"
+    assert run("consumers", "list", "raw")[1] == "(no consumers)\n"
+
+
 @pytest.mark.parametrize("args,message", [
     (("--key", "date=2026-11-01", "--key", "hour=noon", "--location", "/p"),
      "--key 'hour=noon': int: 'noon' is not an integer"),

@@ -236,7 +236,7 @@ def summary(opts: Options) -> list[dict[str, Any]]:
 def _add_schedules(add: Any, rows: list[dict[str, Any]]) -> None:
     """The schedules scenario's targets: p99 fire-to-launch lag and evaluator CPU."""
     for row in rows:
-        what = f"schedules {row['schedules']:,} cron, {row['store']}"
+        what = f"schedules {row['schedules']:,} {row.get('trigger', 'cron')}, {row['store']}"
         add(f"{what}: p99 lag s", row["lag_p99_s"], "<= 1", _le(row["lag_p99_s"], 1.0),
             p50_s=row["lag_p50_s"], missing=row["missing"])
         pct = row["eval_core_pct"]

@@ -5,7 +5,9 @@ PostgreSQL locks, then SQLite with file locks. Early in a minute, N schedules (`
 * *``, a template of one no-op step) are created enabled while the node runs (see
 :mod:`bench.schedules_store`); the node looks at each once (its next fire time) before
 the next minute, and from that minute on M minute boundaries are measured, every one
-of them firing all N schedules.
+of them firing all N schedules. The smoke run fires on a 10-second interval trigger
+instead, its first fire time a few seconds after creation: the same path through the
+node and this harness, without waiting up to a minute for a boundary.
 
 * **Lag** of each fire time: when the launched job may start minus the fire time —
   its ``created_at`` (its row inserted by the evaluator's submit, the store's clock),
@@ -23,13 +25,13 @@ of them firing all N schedules.
   the last firing was still launching). Per minute, and as % of one core. The node's
   figure includes running the launched jobs.
 
-A fire time is waited for until 59 s after it: an evaluator that cannot launch N jobs
-a minute falls behind, and what it had not launched by then is counted as missing
-(with the states its schedule-jobs were in), not waited for.
+A fire time is waited for until a second before the next one: an evaluator that cannot
+launch N jobs a period falls behind, and what it had not launched by then is counted
+as missing (with the states its schedule-jobs were in), not waited for.
 
-Then, unless ``--no-profile``, one more minute boundary is recorded with py-spy
+Then, unless ``--no-profile``, one more fire time is recorded with py-spy
 (:mod:`bench.schedules_profile`): where the evaluator's thread spends its CPU and
-its wall time during a firing. That boundary is not in the figures (py-spy's own CPU
+its wall time during a firing. That fire time is not in the figures (py-spy's own CPU
 would skew them). Writes ``bench/results/schedules[-smoke].json``.
 """
 
@@ -43,9 +45,9 @@ from bench.cluster import Cluster
 from bench.common import (Options, backend_pids, cpu_seconds, loadavg, log, percentile,
                           write_result)
 from bench.schedules_profile import evaluator_thread, print_profile, profile_firing
-from bench.schedules_store import (create_after_boundary, database_counters,
-                                   evaluation_counts, launched_count, next_minute, outcomes,
-                                   unsettled, wait_launched)
+from bench.schedules_store import (create_after_boundary, create_on_interval,
+                                   database_counters, evaluation_counts, launched_count,
+                                   next_fire, outcomes, unsettled, wait_launched)
 from bench.stores import store_for
 
 #: (store, lock backend) of each node configuration measured.
@@ -59,6 +61,9 @@ LEAD = (30.0, 2.0)
 #: Seconds the node's first look at the new schedules gets before their first fire
 #: time: when the next minute boundary is nearer, creation waits until it has passed.
 SETTLE_GAP = (55.0, 8.0)
+#: Seconds between fire times: every minute (cron), every 10 s in the smoke run (an
+#: interval trigger).
+PERIOD = (60.0, 10.0)
 #: The longest py-spy records (seconds).
 PROFILE_CAP = (300.0, 30.0)
 #: The issue's targets.
@@ -171,26 +176,29 @@ def measure(opts: Options, url: str, pid: int, tid: int | None, count: int,
     how many of each fire time's jobs were in the store at the fire time itself
     (launched ahead, or not at all yet)."""
     lead = LEAD[1] if opts.smoke else LEAD[0]
-    log(f"schedules: measuring fire times {time.strftime('%H:%M', time.gmtime(fire_times[0]))}"
-        f" + {len(fire_times) - 1} min (UTC)")
+    period = PERIOD[1] if opts.smoke else PERIOD[0]
+    log(f"schedules: measuring fire times from "
+        f"{time.strftime('%H:%M:%S', time.gmtime(fire_times[0]))} UTC, {len(fire_times)} "
+        f"every {period:.0f} s")
     _sleep_until(fire_times[0] - lead)
     before = read_cpu(pid, tid, url)
     at, ready = 0.0, []
     for fire in fire_times:
         _sleep_until(fire)
         ready.append(launched_count(url, fire))
-        done, at = wait_launched(url, fire, count, fire + 59.0)
+        done, at = wait_launched(url, fire, count, fire + period - 1.0)
         log(f"schedules: {done:,} of {count:,} launched for "
-            f"{time.strftime('%H:%M', time.gmtime(fire))} within {at - fire:.1f} s")
-    end = at + 1.0 if opts.smoke else max(at, fire_times[-1] + 60.0 - lead)
-    _sleep_until(min(end, fire_times[-1] + 59.0))
+            f"{time.strftime('%H:%M:%S', time.gmtime(fire))} within {at - fire:.1f} s")
+    end = at + 1.0 if opts.smoke else max(at, fire_times[-1] + period - lead)
+    _sleep_until(min(end, fire_times[-1] + period - 1.0))
     return before, read_cpu(pid, tid, url), ready
 
 
-def _profile(opts: Options, url: str, pid: int, count: int, label: str) -> dict[str, Any]:
+def _profile(opts: Options, url: str, pid: int, count: int, label: str,
+             first: float) -> dict[str, Any]:
     """py-spy over the next fire time until it is launched (or ``PROFILE_CAP``: on an
     evaluator that falls behind, a stretch of its steady state)."""
-    fire = next_minute(time.time() + 3)
+    fire = next_fire(time.time() + 3, first, PERIOD[1] if opts.smoke else PERIOD[0])
     return profile_firing(pid, fire, label + ("-smoke" if opts.smoke else ""),
                           lambda: launched_count(url, fire) >= count,
                           PROFILE_CAP[1] if opts.smoke else PROFILE_CAP[0])
@@ -205,20 +213,25 @@ def run_config(opts: Options, store: str, lock: str, count: int,
             node = cluster.start("n1")
             cluster.wait_registered()
             tid, found_by = evaluator_thread(node.pid)
-            create_s, first = create_after_boundary(
-                url, count, SETTLE_GAP[1] if opts.smoke else SETTLE_GAP[0])
+            if opts.smoke:
+                create_s, first = create_on_interval(url, count, SETTLE_GAP[1], PERIOD[1])
+            else:
+                create_s, first = create_after_boundary(url, count, SETTLE_GAP[0])
             settle_s = _settle(url, first - lead)
             log(f"schedules {store}: {count:,} created in {create_s:.1f} s, first looked at "
                 f"in {settle_s if settle_s is None else round(settle_s, 1)} s; evaluator "
                 f"thread {tid} ({found_by})")
-            fire_times = [first + 60.0 * i for i in range(minutes)]
+            period = PERIOD[1] if opts.smoke else PERIOD[0]
+            fire_times = [first + period * i for i in range(minutes)]
             before, after, ready = measure(opts, url, node.pid, tid, count, fire_times)
             load1 = loadavg()
             found, evaluations = outcomes(url, fire_times), evaluation_counts(url, fire_times)
-            spy = _profile(opts, url, node.pid, count, f"{store}-{lock}") if opts.profile \
-                else {}
+            spy = _profile(opts, url, node.pid, count, f"{store}-{lock}", first) \
+                if opts.profile else {}
         figures, per_fire, states = lag_figures(found, fire_times, count)
-    row = {"store": store, "lock": lock, "schedules": count, "minutes": minutes, **figures,
+    row = {"store": store, "lock": lock, "schedules": count,
+           "trigger": f"every {PERIOD[1]:.0f}s" if opts.smoke else "cron", "minutes": minutes,
+           **figures,
            "skipped": evaluations.get("skipped", 0), "aborted": evaluations.get("aborted", 0),
            **cpu_figures(before, after, figures["launched"]), "create_s": round(create_s, 1),
            "settle_s": None if settle_s is None else round(settle_s, 1), "load1": load1,

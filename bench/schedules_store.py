@@ -8,6 +8,7 @@ are read back from ``schedule_jobs`` joined to the jobs they launched.
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -17,20 +18,28 @@ from bench.stores import poll_engine
 
 #: Every minute, on the minute: the issue's scenario.
 CRON = "* * * * *"
+CRON_TRIGGER: dict[str, Any] = {"type": "time", "cron": CRON}
 TEMPLATE = {"name": "tick", "steps": [{"name": "s", "type": "noop"}]}
 
 
-def schedule_body(name: str) -> dict[str, Any]:
-    """A cron schedule of one no-op step, as a user would POST it."""
-    return {"name": name, "template": TEMPLATE, "trigger": {"type": "time", "cron": CRON}}
+def schedule_body(name: str, trigger: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A schedule of one no-op step (the cron trigger unless told), as a user would
+    POST it."""
+    return {"name": name, "template": TEMPLATE, "trigger": trigger or CRON_TRIGGER}
+
+
+def interval_trigger(seconds: float, first: float) -> dict[str, Any]:
+    """Every ``seconds``, first at ``first`` (epoch seconds)."""
+    return {"type": "time", "interval": seconds, "start": _utc(first).isoformat()}
 
 
 def schedule_name(index: int) -> str:
     return f"tick-{index:05d}"
 
 
-def create_schedules(url: str, count: int) -> float:
-    """Create ``count`` enabled cron schedules; returns the seconds it took."""
+def create_schedules(url: str, count: int, trigger: dict[str, Any] | None = None) -> float:
+    """Create ``count`` enabled schedules (cron unless ``trigger`` says otherwise);
+    returns the seconds it took."""
     from sqlalchemy import insert, select
 
     from jobserver.schedules.spec import parse_schedule, spec_hash
@@ -41,7 +50,7 @@ def create_schedules(url: str, count: int) -> float:
     started = time.monotonic()
     store = Store(url, notify=False)
     try:
-        spec = parse_schedule(schedule_body(schedule_name(0)), Policy(lambda _name: False, None))
+        spec = parse_schedule(schedule_body(schedule_name(0), trigger), Policy(lambda _name: False, None))
         first = store.schedules.create(spec, enabled=True)
         with store.engine.begin() as conn:
             row = conn.execute(select(schedules).where(schedules.c.id == first.id)
@@ -71,6 +80,15 @@ def create_after_boundary(url: str, count: int, gap: float) -> tuple[float, floa
             time.sleep(0.2)
     create_s = create_schedules(url, count)
     return create_s, next_minute(time.time())
+
+
+def create_on_interval(url: str, count: int, gap: float, seconds: float) -> tuple[float, float]:
+    """Create the schedules on an interval trigger whose first fire time is the first
+    whole second ``gap`` seconds from now: the same room for the node's first look as
+    :func:`create_after_boundary` gives, without waiting for a minute boundary.
+    Returns the seconds the creation took and that first fire time."""
+    first = float(math.ceil(time.time() + gap))
+    return create_schedules(url, count, interval_trigger(seconds, first)), first
 
 
 def _utc(epoch: float) -> datetime:
@@ -181,6 +199,11 @@ def database_counters(url: str) -> dict[str, int]:
             "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted "
             "FROM pg_stat_database WHERE datname = current_database()")).mappings().one()
     return {key: int(value) for key, value in row.items()}
+
+
+def next_fire(after: float, first: float, period: float) -> float:
+    """The first of ``first``, ``first + period``, ... at or after ``after``."""
+    return first + max(0, math.ceil((after - first) / period)) * period
 
 
 def next_minute(after: float) -> float:

@@ -31,8 +31,7 @@ ROW_KEYS = {
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.long]
 
 
-# The schedules scenario waits for a minute boundary: up to a minute more than the rest.
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(420)
 def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
     # pg_url proves a PostgreSQL server answers (or skips loudly / fails in CI).
     results = tmp_path / "results"
@@ -40,7 +39,7 @@ def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--no-zookeeper", "--no-profile",
          "--only", ",".join(SCENARIOS)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=360)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for name in SCENARIOS:
         path = results / f"{name}-smoke.json"

@@ -50,7 +50,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``soak`` tests run only when a ``-m`` expression names them (``-m soak``):
-    each takes minutes, more than a CI run can spend."""
+    minutes-long runs, and the configurations of a matrix that CI leaves out (each
+    named where its matrix is), more than a CI run can spend."""
     if "soak" in (config.getoption("markexpr", "") or ""):
         return
     skipped = [item for item in items if item.get_closest_marker("soak") is not None]

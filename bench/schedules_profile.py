@@ -31,7 +31,7 @@ LOOP = ("Loop._main ", "ScheduleEvaluator.run ")
 
 
 def evaluator_thread(pid: int, name: str = EVALUATOR,
-                     timeout: float = 30.0) -> tuple[int | None, str]:
+                     timeout: float = 90.0) -> tuple[int | None, str]:
     """The native id of ``pid``'s thread named ``name``, and how it was found; looked
     for until ``timeout`` (a node starts its loops after it registers)."""
     deadline = time.monotonic() + timeout

@@ -56,6 +56,7 @@ JOB = exact({
     "error": _nullable_str, "created_at": _time, "updated_at": _time, "started_at": _time,
     "finished_at": _time,
     "progress": exact({"done": {"type": "integer"}, "total": {"type": "integer"}}),
+    "inputs": {"type": "array", "items": {"type": "object"}},
     "steps": {"type": "array", "items": ref("Step")}},
     optional=("steps",))  # lists leave the steps out
 

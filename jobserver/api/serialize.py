@@ -39,6 +39,7 @@ def job_json(job: JobRecord) -> dict[str, Any]:
         "updated_at": _time(job.updated_at), "started_at": _time(job.started_at),
         "finished_at": _time(job.finished_at),
         "progress": {"done": job.steps_done, "total": job.steps_total},
+        "inputs": job.inputs or [],
     }
     if job.steps is not None:
         body["steps"] = [step_json(step) for step in job.steps]

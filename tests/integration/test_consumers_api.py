@@ -57,8 +57,11 @@ def test_a_job_input_is_checked_at_submit(raw: FlaskClient, inputs: list, field:
     error = error_of(raw.post("/api/v1/jobs", json={**JOB, "inputs": inputs}, headers=AUTH),
                      422)
     assert field in fields_of(error)
-    ok(raw.post("/api/v1/jobs", json={**JOB, "inputs": [
+    job = ok(raw.post("/api/v1/jobs", json={**JOB, "inputs": [
         {"dataset": "raw", "consumer": "cleanse", "limit": 100}]}, headers=AUTH), 201)
+    shown = ok(raw.get(f"/api/v1/jobs/{job['id']}", headers=AUTH), 200)
+    assert [(i["dataset"], i["consumer"], i["limit"]) for i in shown["inputs"]] == [
+        ("raw", "cleanse", 100)]
 
 
 def test_metrics_show_each_consumer_lag_and_totals(raw: FlaskClient) -> None:

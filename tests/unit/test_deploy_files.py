@@ -232,6 +232,11 @@ def exported_metrics() -> set[str]:
             def list() -> list[Any]:
                 return []
 
+        class consumers:  # noqa: N801
+            @staticmethod
+            def all() -> list[Any]:
+                return []
+
     families = list(registry.collect()) + list(StoreCollector(FakeStore, 10.0).collect())
     suffixes = {"counter": ("_total", "_created"), "gauge": ("",),
                 "histogram": ("_bucket", "_sum", "_count", "_created")}

@@ -308,7 +308,8 @@ def test_dashboard_shows_what_operators_need() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
     assert rows == ["Throughput", "Queue depth", "Latency", "Failures", "Nodes",
-                    "Leadership and failovers", "Locks", "Scheduling listeners", "Schedules"]
+                    "Leadership and failovers", "Locks", "Scheduling listeners", "Schedules",
+                    "Datasets"]
     exprs = " ".join(expr for _, expr in dashboard_exprs())
     for needed in ("jobserver_jobs_finished_total", 'jobserver_jobs{state="READY"}',
                    "histogram_quantile(0.99, sum by (le) (rate(jobserver_dispatch_latency",
@@ -317,7 +318,8 @@ def test_dashboard_shows_what_operators_need() -> None:
                    "jobserver_scheduler_active", "jobserver_failovers_total",
                    "jobserver_lock_acquire_seconds_bucket",
                    "jobserver_schedule_launch_lag_seconds_bucket",
-                   "jobserver_schedule_fire_times_skipped_total"):
+                   "jobserver_schedule_fire_times_skipped_total", "jobserver_consumer_lag",
+                   "jobserver_consumer_partitions_failed_total"):
         assert needed in exprs, needed
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))

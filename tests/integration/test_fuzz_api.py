@@ -58,6 +58,22 @@ def app(store: Store, tmp_path: Path):
     return _app(store, tmp_path / "data")
 
 
+@pytest.fixture(autouse=True)
+def fresh_generation_caches() -> None:
+    """Schemathesis keeps the sub-schemas it builds in process-wide caches, so what a
+    test generates for a recursive schema (triggers nest) depended on which other
+    operations' tests had run before it in the same process, in an order xdist
+    chooses: once, the schedules' bodies failed to build ("Cannot generate an array
+    with 1 demanded elements") after others ran. Each test starts with empty caches,
+    so what it generates depends on its own operation alone."""
+    from schemathesis.generation.jsonschema import strategy
+
+    for value in vars(strategy).values():
+        clear = getattr(value, "cache_clear", None)
+        if callable(clear):
+            clear()
+
+
 @schema.parametrize()
 @settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))

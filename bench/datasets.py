@@ -63,7 +63,8 @@ def add_all(port: int, first: int, total: int, batch: int, clients: int) -> floa
     """POST partitions ``first .. total - 1`` in batches from ``clients`` threads;
     the seconds it took."""
     starts = list(range(first, total, batch))
-    lock, errors = threading.Lock(), []
+    lock = threading.Lock()
+    errors: list[Exception] = []
 
     def adder() -> None:
         client = JsonClient(port)

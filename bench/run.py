@@ -5,6 +5,7 @@
     python -m bench --only throughput,latency
     python -m bench --only failover --trials 10
     python -m bench --only schedules --schedules 2000 --minutes 2
+    python -m bench --only datasets --partitions 200000
 
 Each scenario prints a table and writes ``bench/results/<scenario>[-smoke].json``;
 ``summary`` puts our figures beside the issue's targets and the peers' ratios. Timing
@@ -25,7 +26,7 @@ from typing import Any
 from bench.common import RESULTS_DIR, Options, log, write_result
 
 SCENARIOS = ["floor", "throughput", "latency", "footprint", "failover", "backlog", "peers",
-             "profile", "schedules"]
+             "profile", "schedules", "datasets"]
 NEEDS_ZK = {"throughput", "failover", "profile"}
 
 
@@ -48,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 10000)")
     parser.add_argument("--minutes", type=int, help="schedules: minute boundaries measured "
                         "(default 3)")
+    parser.add_argument("--partitions", type=int, help="datasets: how many partitions "
+                        "(default 1000000)")
+    parser.add_argument("--stores", help="datasets: only these stores, e.g. postgres")
+    parser.add_argument("--no-consume", action="store_true", help="datasets: adds and "
+                        "fill-and-claims only, no consumer jobs")
     parser.add_argument("--no-zookeeper", action="store_true")
     parser.add_argument("--no-profile", action="store_true", help="skip py-spy")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -139,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "schedules":
                 from bench import schedules
                 schedules.run(opts, args.schedules, args.minutes)
+            elif name == "datasets":
+                from bench import datasets
+                datasets.run(opts, args.partitions,
+                             args.stores.split(",") if args.stores else None,
+                             not args.no_consume)
             log(f"--- {name} took {time.monotonic() - started:.0f} s")
         summary(opts)
     finally:
@@ -219,6 +230,7 @@ def summary(opts: Options) -> list[dict[str, Any]]:
             add(f"idle node RSS MB ({row['store']})", row["node_rss_mb"], "<= 120",
                 row["node_rss_mb"] <= 120, api_rss_mb=row["api_rss_mb"])
     _add_schedules(add, (_load("schedules", opts.smoke) or {}).get("rows", []))
+    _add_datasets(add, (_load("datasets", opts.smoke) or {}).get("rows", []))
     if rows:
         write_result("summary", opts, rows)
         if not opts.smoke:  # the figures RESULTS.md compares the next run against
@@ -242,6 +254,23 @@ def _add_schedules(add: Any, rows: list[dict[str, Any]]) -> None:
         pct = row["eval_core_pct"]
         add(f"{what}: evaluator % of a core", pct, "< 10",
             None if pct is None else pct < 10)
+
+
+def _add_datasets(add: Any, rows: list[dict[str, Any]]) -> None:
+    """The datasets scenario's targets: batched adds per second (PostgreSQL) and a
+    fill-and-claim at the full dataset within 2x of one at 1,000 partitions."""
+    for row in rows:
+        what = f"datasets {row['partitions']:,} partitions, {row['store']}"
+        if row["store"] == "postgres":
+            add(f"{what}: added per s (batches of 10,000)", row["add_per_s"], ">= 20000",
+                row["add_per_s"] >= 20000, consumed_per_s=row.get("consume_per_s"))
+        add(f"{what}: fill-and-claim vs at 1,000", row["fill_ratio"], "<= 2.0",
+            _le(row["fill_ratio"], 2.0), p50_ms=row["fill_full_p50_ms"],
+            p50_ms_at_1k=row["fill_1k_p50_ms"])
+        if row.get("fill_ratio_analyzed") is not None:
+            add(f"{what}: fill-and-claim vs at 1,000, after ANALYZE",
+                row["fill_ratio_analyzed"], "<= 2.0", _le(row["fill_ratio_analyzed"], 2.0),
+                p50_ms=row["fill_full_analyzed_p50_ms"])
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

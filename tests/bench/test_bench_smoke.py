@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ["floor", "throughput", "latency", "footprint", "backlog", "profile", "schedules"]
+SCENARIOS = ["floor", "throughput", "latency", "footprint", "backlog", "profile", "schedules",
+             "datasets"]
 ROW_KEYS = {
     "floor": {"clients", "tps"},
     "throughput": {"store", "lock", "mode", "nodes", "jobs", "done", "jobs_per_s"},
@@ -26,6 +27,8 @@ ROW_KEYS = {
     "profile": {"store", "mode", "statements_per_job", "commits_per_job"},
     "schedules": {"store", "schedules", "expected", "launched", "missing", "duplicates",
                   "lag_p50_s", "lag_p99_s", "eval_core_pct", "node_core_pct"},
+    "datasets": {"store", "partitions", "add_per_s", "consumed", "consume_per_s", "lag",
+                 "fill_1k_p50_ms", "fill_full_p50_ms", "fill_ratio"},
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.long]
@@ -58,4 +61,7 @@ def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
     assert all(c["statements"] for c in profile["statement_detail"])
     schedules = json.loads((results / "schedules-smoke.json").read_text())["rows"]
     assert all(row["launched"] and row["duplicates"] == 0 for row in schedules)
+    datasets = json.loads((results / "datasets-smoke.json").read_text())["rows"]
+    assert all(row["consumed"] == row["partitions"] and row["lag"] == 0
+               and row["failed"] == 0 and row["job_errors"] == 0 for row in datasets)
     assert (results / "summary-smoke.json").exists()

@@ -11,6 +11,7 @@ stores finish in about a minute.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
@@ -60,18 +61,24 @@ def app(store: Store, tmp_path: Path):
 
 @pytest.fixture(autouse=True)
 def fresh_generation_caches() -> None:
-    """Schemathesis keeps the sub-schemas it builds in process-wide caches, so what a
-    test generates for a recursive schema (triggers nest) depended on which other
-    operations' tests had run before it in the same process, in an order xdist
-    chooses: once, the schedules' bodies failed to build ("Cannot generate an array
-    with 1 demanded elements") after others ran. Each test starts with empty caches,
-    so what it generates depends on its own operation alone."""
-    from schemathesis.generation.jsonschema import strategy
+    """Schemathesis keeps the (sub-)schemas it canonicalises and the strategies it
+    builds in process-wide caches, and a strategy for a recursive schema (triggers
+    nest) is built differently depending on what is cached already. So what a test
+    generated depended on which other operations' tests had run before it in the same
+    process, in an order xdist chooses: in two-worker runs the schedules' POST body
+    failed to build ("Cannot generate an array with 1 demanded elements") on both
+    stores, and never when run alone. Every such cache is emptied before each test,
+    so that what it generates depends on its own operation alone."""
+    from schemathesis.core.cache.bounded import BoundedCache
 
-    for value in vars(strategy).values():
-        clear = getattr(value, "cache_clear", None)
-        if callable(clear):
-            clear()
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("schemathesis") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, BoundedCache):
+                value.clear()
+            elif callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
 
 
 @schema.parametrize()

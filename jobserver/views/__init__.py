@@ -1,0 +1,1 @@
+"""Views (Schedoscope): goal-oriented materialization of view partitions with change detection."""

@@ -1,0 +1,130 @@
+"""The views' vocabulary (Schedoscope's): addresses, states, modes and decisions.
+
+Every module of :mod:`jobserver.views` speaks in these terms, so that the pure parts
+(the pattern parser, the lattice, the planner) and the stored parts (the repository,
+the materializer, the tracker of view jobs) meet in one place:
+
+* a :class:`ViewAddress` names one view partition (``package/View/v1/v2/…``);
+* a :class:`StoredPartition` is what the store knows of one (its state, the version
+  checksum and timestamp of its last transformation, the job transforming it);
+* a :class:`Decision` is what one ``materialize`` request does with one, and why.
+
+Timestamps are the store's clock (UTC, aware), never a node's.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, order=True)
+class ViewAddress:
+    """One view partition: the view ``package/view`` and its parameter values in the
+    view's declared order, as strings (``None`` for Schedoscope's ``null()``)."""
+
+    package: str
+    view: str
+    values: tuple[str | None, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The view's name, ``app.eci.datamart/SearchExport``."""
+        return f"{self.package}/{self.view}"
+
+    @property
+    def key(self) -> str:
+        """The partition's values as one stored text, ``SHOP10/2015/05``: ``null()`` is
+        written ``null()`` and the pattern syntax's special characters are quoted, so
+        that ``name + "/" + key`` parses back to this address."""
+        return "/".join("null()" if value is None else _quote(value) for value in self.values)
+
+    @property
+    def path(self) -> str:
+        """``package/View/values…``: the address as a pattern that addresses it alone."""
+        return f"{self.name}/{self.key}" if self.values else self.name
+
+    def __str__(self) -> str:
+        return self.path
+
+
+_SPECIAL = "\\,()-/"
+
+
+def _quote(value: str) -> str:
+    # Backslash before each character the pattern syntax gives a meaning to.
+    return "".join("\\" + char if char in _SPECIAL else char for char in value)
+
+
+class ViewState(enum.Enum):
+    """Schedoscope's scheduling states of a view partition."""
+
+    RECEIVE = "receive"            # instantiated, or invalidated: the next request transforms
+    WAITING = "waiting"            # its job waits for its dependencies' jobs
+    TRANSFORMING = "transforming"  # its job runs
+    MATERIALIZED = "materialized"  # transformed; checksum and timestamp recorded
+    RETRYING = "retrying"          # its job failed; a new one is submitted (views.retries)
+    FAILED = "failed"              # failed after its retries; dependents still materialize
+    NO_DATA = "no-data"            # noop without data, or every dependency no-data
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a job of this partition is submitted and not yet ended: a second
+        request joins it instead of transforming the partition twice."""
+        return self in (ViewState.WAITING, ViewState.TRANSFORMING, ViewState.RETRYING)
+
+
+class Mode(enum.Enum):
+    """Schedoscope's materialization modes."""
+
+    DEFAULT = "DEFAULT"
+    RESET_TRANSFORMATION_CHECKSUMS = "RESET_TRANSFORMATION_CHECKSUMS"
+    RESET_TRANSFORMATION_CHECKSUMS_AND_TIMESTAMPS = "RESET_TRANSFORMATION_CHECKSUMS_AND_TIMESTAMPS"
+    TRANSFORM_ONLY = "TRANSFORM_ONLY"
+    SET_ONLY = "SET_ONLY"
+
+
+@dataclass(frozen=True)
+class StoredPartition:
+    """What the store holds of one view partition. ``version_checksum`` and
+    ``transformed_at`` are those of the transformation that last *ran* (None: never);
+    ``job_id`` the job of an in-flight state; ``row_version`` guards every write
+    (compare-and-set)."""
+
+    state: ViewState
+    version_checksum: str | None
+    transformed_at: datetime | None
+    job_id: int | None
+    retries: int
+    row_version: int
+
+
+class Action(enum.Enum):
+    """What a request does with one view partition."""
+
+    TRANSFORM = "transform"  # submit a job running its transformation
+    JOIN = "join"            # a job already transforms it: depend on that one
+    SKIP = "skip"            # up to date: nothing to do
+    SET = "set"              # write the state (materialized, checksum, timestamp), run nothing
+    NO_DATA = "no-data"      # no data: the state becomes no-data, nothing runs
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The planner's answer for one view partition of a request.
+
+    ``reason`` is for people ("dependency app.eci.stage/Search/SHOP10/2015/05/03 newer
+    (2015-05-04T01:00:00Z) than own (2015-05-03T01:00:00Z)"). ``upstream`` are the
+    dependencies whose jobs this one's job must wait for (TRANSFORM only: those decided
+    TRANSFORM or JOIN in the same plan). For SET, ``version_checksum`` and
+    ``transformed_at`` are the values to store; for TRANSFORM, ``version_checksum`` is
+    the checksum of the version the job runs, recorded when it succeeds.
+    """
+
+    address: ViewAddress
+    action: Action
+    reason: str
+    upstream: tuple[ViewAddress, ...] = ()
+    version_checksum: str | None = None
+    transformed_at: datetime | None = None

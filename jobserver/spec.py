@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timezone
-from typing import Annotated, Any, Literal, Union
+from datetime import date, datetime, timezone
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import (AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field,
                       StringConstraints, ValidationError)
@@ -175,23 +175,84 @@ def field_path(loc: Iterable[Any]) -> str:
 
 def parse_job(body: bytes | str) -> JobSpec:
     """Parse a JSON body into a :class:`JobSpec` or raise :class:`InvalidRequest`."""
+    return parse_model(JobSpec, body, _job_problem)
+
+
+def _job_problem(error: Mapping[str, Any]) -> dict[str, str]:
+    if error["type"] == "union_tag_invalid":
+        message = f"unknown step type; expected one of {', '.join(STEP_TYPES)}"
+    else:
+        message = validation_message(error)
+    return {"field": field_path(error["loc"]), "message": message}
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+#: Turns one of pydantic's errors into a ``{"field", "message"}`` detail.
+Problem = Callable[[Mapping[str, Any]], dict[str, str]]
+
+
+def default_problem(error: Mapping[str, Any]) -> dict[str, str]:
+    """The detail of one of pydantic's errors: its field path and a plain message."""
+    return {"field": field_path(error["loc"]), "message": validation_message(error)}
+
+
+def parse_model(model: type[ModelT], body: bytes | str | Mapping[str, Any],
+                problem: Problem = default_problem) -> ModelT:
+    """Parse a request body (JSON text, or a document already loaded from JSON or YAML)
+    as ``model``: :class:`MalformedRequest` when it is not JSON, :class:`InvalidRequest`
+    naming every bad field otherwise (the first in the message).
+
+    Every resource (jobs, schedules, datasets, consumers, views) is parsed here, so that
+    they all refuse alike. A loaded document goes through JSON too: the models are
+    strict, and JSON is the one form whose types they all accept.
+    """
+    if not isinstance(body, (bytes, str)):
+        body = json_text(body)
     try:
-        return JobSpec.model_validate_json(body)
+        return model.model_validate_json(body)
     except ValidationError as exc:
-        details = [{"field": field_path(e["loc"]), "message": _message(e)} for e in exc.errors()]
         if any(e["type"] == "json_invalid" for e in exc.errors()):
             raise MalformedRequest("request body is not valid JSON",
-                                 [{"field": "body", "message": "malformed JSON"}]) from None
-        first = details[0]
-        raise InvalidRequest(f"{first['field']}: {first['message']}", details) from None
+                                   [{"field": "body", "message": "malformed JSON"}]) from None
+        refuse([problem(e) for e in exc.errors()])
+        raise AssertionError("unreachable: refuse raised") from None
 
 
-def _message(error: Mapping[str, Any]) -> str:
-    if error["type"] == "extra_forbidden":
+def json_text(document: Mapping[str, Any]) -> str:
+    """A loaded document as JSON text; YAML's timestamps and dates become ISO strings,
+    anything else that is not JSON is an :class:`InvalidRequest` on ``body``."""
+    try:
+        return json.dumps(document, default=_json_default, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"body: {exc}", [{"field": "body", "message": str(exc)}]) \
+            from None
+
+
+def _json_default(value: Any) -> Any:
+    # YAML turns unquoted timestamps into datetime and date objects.
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def refuse(problems: list[dict[str, str]]) -> None:
+    """Raise :class:`InvalidRequest` for ``problems`` (the first in the message)."""
+    if problems:
+        raise InvalidRequest(f"{problems[0]['field']}: {problems[0]['message']}", problems)
+
+
+def validation_message(error: Mapping[str, Any]) -> str:
+    """One of pydantic's errors in words a request's author reads."""
+    kind = error["type"]
+    if kind == "extra_forbidden":
         return "unknown field"
-    if error["type"] == "union_tag_invalid":
-        return f"unknown step type; expected one of {', '.join(STEP_TYPES)}"
-    return error["msg"]
+    if kind == "union_tag_invalid":
+        return (f"unknown type {error['ctx']['tag']!r}; expected one of "
+                f"{error['ctx']['expected_tags']}")
+    if kind == "union_tag_not_found":
+        return "missing field 'type'"
+    message: str = error["msg"]
+    return message.removeprefix("Value error, ")
 
 
 def validate_job(spec: JobSpec, policy: Policy) -> list[list[str]]:

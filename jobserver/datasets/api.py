@@ -25,7 +25,8 @@ from jobserver.api.requests import (ID_CURSOR, id_cursor, json_object, named_as_
 from jobserver.datasets.catalog import CREATED, MAX_PAGE
 from jobserver.datasets.filters import MAX_CONDITIONS
 from jobserver.datasets.serialize import dataset_json, partition_json
-from jobserver.datasets.spec import parse_dataset, refuse
+from jobserver.datasets.spec import parse_dataset
+from jobserver.spec import refuse
 from jobserver.schedules.spec import IDENT
 
 blueprint = Blueprint("datasets", __name__, url_prefix="/api/v1/datasets")

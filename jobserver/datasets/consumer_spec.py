@@ -14,18 +14,15 @@ by :func:`check_filter`, which needs the stored dataset.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, AwareDatetime, Field, ValidationError, model_validator
+from pydantic import AfterValidator, AwareDatetime, Field, model_validator
 
 from jobserver.datasets.filters import MAX_CONDITIONS, Filter
 from jobserver.datasets.keys import PartitionKey
-from jobserver.datasets.spec import refuse
-from jobserver.exceptions import MalformedRequest
-from jobserver.schedules.spec import Ident, validation_message
-from jobserver.spec import StrictModel, field_path
+from jobserver.schedules.spec import Ident
+from jobserver.spec import StrictModel, field_path, parse_model, refuse, validation_message
 
 #: The largest working set a consumer may keep.
 MAX_WORKING_SET = 100_000
@@ -78,16 +75,7 @@ class ConsumerSpec(StrictModel):
 
 def parse_consumer(body: bytes | str | dict[str, Any]) -> ConsumerSpec:
     """Parse and validate a consumer; :class:`InvalidRequest` names every bad field."""
-    if isinstance(body, dict):
-        body = json.dumps(body)
-    try:
-        return ConsumerSpec.model_validate_json(body)
-    except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise MalformedRequest("request body is not valid JSON",
-                                   [{"field": "body", "message": "malformed JSON"}]) from None
-        refuse([_problem(e) for e in exc.errors()])
-        raise AssertionError("unreachable: refuse raised") from None
+    return parse_model(ConsumerSpec, body, _problem)
 
 
 def _problem(error: Any) -> dict[str, str]:

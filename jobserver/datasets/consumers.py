@@ -28,7 +28,7 @@ from jobserver.datasets.consumer_spec import ConsumerSpec, check_filter
 from jobserver.datasets.records import DatasetRecord, PartitionRecord
 from jobserver.datasets.spec import digest
 from jobserver.datasets.tables import FEED_ROWS, consumers, partitions, working_sets
-from jobserver.datasets.spec import refuse
+from jobserver.spec import refuse
 from jobserver.datasets.tables import datasets
 from jobserver.datasets.working_set import (DONE, FAILED, IN_PROGRESS, NEW, ConsumeError,
                                             Taken, end_start, env_name, lookup, split_ref,

@@ -33,7 +33,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from jobserver.datasets.keys import FIELD_NAME, KeyValueError, PartitionKey
-from jobserver.datasets.spec import refuse
+from jobserver.spec import refuse
 
 MAX_CONDITIONS = 16
 MAX_VALUES = 1000

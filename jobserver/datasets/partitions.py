@@ -27,7 +27,8 @@ from jobserver.datasets.feed_read import read_after
 from jobserver.datasets.filters import Filter
 from jobserver.datasets.keys import PartitionKey
 from jobserver.datasets.records import DatasetRecord, PartitionRecord
-from jobserver.datasets.spec import MAX_BATCH, NewPartition, check_partitions, refuse
+from jobserver.datasets.spec import MAX_BATCH, NewPartition, check_partitions
+from jobserver.spec import refuse
 from jobserver.datasets.tables import KEY_COLUMNS, partitions
 from jobserver.exceptions import Conflict, NotFound
 from jobserver.store import Transactions

@@ -14,12 +14,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import Field, StringConstraints, ValidationError, field_validator
+from pydantic import Field, StringConstraints, field_validator
 
 from jobserver.datasets.keys import FIELD_NAME, MAX_FIELDS, FieldType, PartitionKey
-from jobserver.exceptions import InvalidRequest, MalformedRequest
-from jobserver.schedules.spec import Ident, validation_message
-from jobserver.spec import StrictModel, field_path
+from jobserver.schedules.spec import Ident
+from jobserver.spec import StrictModel, parse_model
 
 #: A partition's location: its UTF-8 size at most.
 MAX_LOCATION_BYTES = 4096
@@ -65,17 +64,7 @@ class DatasetSpec(StrictModel):
 
 def parse_dataset(body: bytes | str | dict[str, Any]) -> DatasetSpec:
     """Parse and validate a dataset; :class:`InvalidRequest` names every bad field."""
-    if isinstance(body, dict):
-        body = json.dumps(body)
-    try:
-        return DatasetSpec.model_validate_json(body)
-    except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise MalformedRequest("request body is not valid JSON",
-                                   [{"field": "body", "message": "malformed JSON"}]) from None
-        refuse([{"field": field_path(e["loc"]), "message": validation_message(e)}
-                for e in exc.errors()])
-        raise AssertionError("unreachable: refuse raised") from None
+    return parse_model(DatasetSpec, body)
 
 
 def digest(document: Any) -> str:
@@ -168,7 +157,3 @@ def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-def refuse(problems: list[dict[str, str]]) -> None:
-    """Raise :class:`InvalidRequest` for ``problems`` (the first in the message)."""
-    if problems:
-        raise InvalidRequest(f"{problems[0]['field']}: {problems[0]['message']}", problems)

@@ -14,17 +14,18 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from datetime import date, datetime, timezone
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from annotated_types import Gt, Le
 from pydantic import (AfterValidator, AwareDatetime, BeforeValidator, Field,
-                      StringConstraints, ValidationError, WithJsonSchema, field_validator,
+                      StringConstraints, WithJsonSchema, field_validator,
                       model_validator)
 
-from jobserver.exceptions import InvalidRequest, JobServerError, MalformedRequest
-from jobserver.spec import JobSpec, JsonObject, Policy, Text, StrictModel, field_path, validate_job
+from jobserver.exceptions import InvalidRequest, JobServerError
+from jobserver.spec import (JobSpec, JsonObject, Policy, StrictModel, Text, field_path,
+                            parse_model, refuse, validate_job, validation_message)
 
 IDENT = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 _IDENT = re.compile(IDENT)
@@ -316,53 +317,17 @@ def _path(loc: Iterable[Any]) -> str:
     return field_path(part for part in loc if not (isinstance(part, str) and part in _TAGS))
 
 
-def validation_message(error: Mapping[str, Any]) -> str:
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        return "unknown field"
-    if kind == "union_tag_invalid":
-        return (f"unknown type {error['ctx']['tag']!r}; expected one of "
-                f"{error['ctx']['expected_tags']}")
-    if kind == "union_tag_not_found":
-        return "missing field 'type'"
-    message: str = error["msg"]
-    return message.removeprefix("Value error, ")
-
-
-def _json_default(value: Any) -> Any:
-    # YAML turns unquoted timestamps into datetime and date objects.
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def _raise(details: list[dict[str, str]]) -> None:
-    first = details[0]
-    raise InvalidRequest(f"{first['field']}: {first['message']}", details)
-
-
 def parse_schedule(body: bytes | str | dict, policy: Policy) -> ScheduleSpec:
     """Parse and validate a schedule; raise :class:`InvalidRequest` (every problem in
     ``details``, the first in the message) or :class:`MalformedRequest` (not JSON)."""
-    if isinstance(body, dict):
-        try:
-            body = json.dumps(body, default=_json_default, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidRequest(f"body: {exc}", [{"field": "body", "message": str(exc)}]) \
-                from None
-    try:
-        spec = ScheduleSpec.model_validate_json(body)
-    except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise MalformedRequest("request body is not valid JSON",
-                                   [{"field": "body", "message": "malformed JSON"}]) from None
-        _raise([{"field": _path(e["loc"]), "message": validation_message(e)}
-                for e in exc.errors()])
+    spec = parse_model(ScheduleSpec, body, _problem)
     _check_template(spec, policy)
-    problems = _check_trigger(spec.trigger, "trigger", 0)
-    if problems:
-        _raise(problems)
+    refuse(_check_trigger(spec.trigger, "trigger", 0))
     return spec
+
+
+def _problem(error: Mapping[str, Any]) -> dict[str, str]:
+    return {"field": _path(error["loc"]), "message": validation_message(error)}
 
 
 def _check_template(spec: ScheduleSpec, policy: Policy) -> None:

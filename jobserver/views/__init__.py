@@ -1,0 +1,1 @@
+"""Views: goal-oriented materialization of parameterized data with change detection."""

@@ -46,18 +46,23 @@ class _Builder:
     def __init__(self, views: Mapping[str, ViewSpec]) -> None:
         self.views = views
         self.calendar = Calendar()
-        self.compiled: dict[str, list[CompiledDependency]] = {}
+        # Keyed (package, view): building an address's name per partition costs more.
+        self.compiled: dict[tuple[str, str], list[CompiledDependency]] = {}
         self.interned: dict[_Key, ViewAddress] = {}
+        # Views whose one mapping never gives a partition twice: no duplicates to drop.
+        self.unique: dict[tuple[str, str], bool] = {}
 
-    def mappings(self, name: str) -> list[CompiledDependency]:
-        found = self.compiled.get(name)
+    def mappings(self, address: ViewAddress) -> list[CompiledDependency]:
+        found = self.compiled.get((address.package, address.view))
         if found is None:
-            spec = self.views[name]
+            spec = self.views[address.name]
             found = [CompiledDependency(dependency, spec.parameter_names,
                                         self._view(dependency.view, spec.name).parameter_names,
                                         self.calendar)
                      for dependency in spec.dependencies]
-            self.compiled[name] = found
+            self.compiled[(address.package, address.view)] = found
+            self.unique[(address.package, address.view)] = (
+                len(found) == 1 and found[0].unique)
         return found
 
     def _view(self, name: str, needed_by: str) -> ViewSpec:
@@ -72,20 +77,27 @@ class _Builder:
         found = self.interned.get(key)
         if found is None:
             package, view = name.split("/", 1)
-            found = ViewAddress(package, view, values)
-            self.interned[key] = found
+            found = self.interned[key] = ViewAddress(package, view, values)
         return found
 
     def expand(self, address: ViewAddress) -> tuple[ViewAddress, ...]:
         found: list[ViewAddress] = []
-        for mapping in self.mappings(address.name):
+        interned = self.interned
+        for mapping in self.mappings(address):
             try:
                 targets = mapping.targets(address.values)
             except ValueError as exc:
                 raise InvalidRequest(f"{address.path}: {exc}", [
                     {"field": "pattern", "message": f"{address.path}: {exc}"}]) from None
-            found.extend(self.address(mapping.view, values) for values in targets)
-        return tuple(dict.fromkeys(found)) if len(found) > 1 else tuple(found)
+            name = mapping.view
+            for values in targets:
+                target = interned.get((name, values))
+                found.append(self.address(name, values) if target is None else target)
+        if len(found) < 2 or self.unique.get((address.package, address.view)):
+            return tuple(found)
+        # Interned: the same partition is the same object, so ids tell duplicates apart
+        # without hashing addresses (a Python-level hash each).
+        return tuple({id(target): target for target in found}.values())
 
 
 def check_address(views: Mapping[str, ViewSpec], address: ViewAddress) -> None:
@@ -127,33 +139,38 @@ def instantiate(views: Mapping[str, ViewSpec], addresses: Iterable[ViewAddress],
         lattice.order = roots
         lattice.dependencies = {address: () for address in roots}
         return lattice
-    placed: set[ViewAddress] = set()
+    expanded: set[int] = set()
+    placed: set[int] = set()
     for root in roots:
-        _walk(builder, root, lattice, placed)
+        _walk(builder, root, lattice, expanded, placed)
     return lattice
 
 
-def _walk(builder: _Builder, root: ViewAddress, lattice: Lattice,
-          placed: set[ViewAddress]) -> None:
+def _walk(builder: _Builder, root: ViewAddress, lattice: Lattice, expanded: set[int],
+          placed: set[int]) -> None:
     """Depth first from ``root``; a partition is placed once all it reads is placed.
     A partition expanded but not placed is on the current path: meeting it again is a
-    cycle, which validated views cannot have."""
-    dependencies = lattice.dependencies
+    cycle, which validated views cannot have. Interned addresses are tracked by id."""
+    dependencies, order = lattice.dependencies, lattice.order
     stack = [root]
     while stack:
         address = stack[-1]
-        if address not in dependencies:
-            expanded = builder.expand(address)
-            dependencies[address] = expanded
-            for dependency in reversed(expanded):
-                if dependency not in dependencies:
+        key = id(address)
+        if key not in expanded:
+            expanded.add(key)
+            found = dependencies[address] = builder.expand(address)
+            for dependency in reversed(found):
+                seen = id(dependency)
+                if seen in placed:
+                    continue
+                if seen not in expanded:
                     stack.append(dependency)
-                elif dependency not in placed:
+                else:
                     raise InvalidRequest(f"{address.path}: depends on itself through "
                                          f"{dependency.path}", [{"field": "views",
                                                                  "message": "cycle"}])
             continue
         stack.pop()
-        if address not in placed:
-            placed.add(address)
-            lattice.order.append(address)
+        if key not in placed:
+            placed.add(key)
+            order.append(address)

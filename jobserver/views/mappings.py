@@ -155,7 +155,7 @@ class CompiledDependency:
     values that are not a date where ``days`` reads one.
     """
 
-    __slots__ = ("view", "_positions", "_plain", "_days", "_calendar")
+    __slots__ = ("view", "_positions", "_single", "_days", "unique", "_calendar")
 
     def __init__(self, spec: DependencySpec, own: Sequence[str], target: Sequence[str],
                  calendar_: Calendar) -> None:
@@ -169,7 +169,10 @@ class CompiledDependency:
             value = None if name in into else spec.map[name]
             items = value if isinstance(value, list) else [value]
             self._positions.append(tuple(_pick(item, index) for item in items))
-        self._plain = spec.days is None and all(len(p) == 1 for p in self._positions)
+        self._single = all(len(p) == 1 for p in self._positions)
+        #: Whether targets never repeat a partition: one value each (the days of a
+        #: window or a month are distinct); a list may name a value twice.
+        self.unique = self._single
         self._days: tuple[int | None, list[int], list[int]] | None = None
         if spec.days is not None:
             self._days = (spec.days.last, [index[name] for name in spec.days.source()],
@@ -177,14 +180,13 @@ class CompiledDependency:
         self._calendar = calendar_
 
     def targets(self, values: tuple[str | None, ...]) -> list[tuple[str | None, ...]]:
-        if self._plain:
-            return [tuple(values[i] if i >= 0 else c for ((i, c),) in self._positions)]
-        choices = [tuple(values[i] if i >= 0 else c for i, c in picks)
-                   for picks in self._positions]
-        combos = list(itertools.product(*choices))
-        if self._days is None:
-            return combos
-        return self._spread(values, combos)
+        if self._single:
+            combos = [tuple(values[i] if i >= 0 else c for ((i, c),) in self._positions)]
+        else:
+            choices = [tuple(values[i] if i >= 0 else c for i, c in picks)
+                       for picks in self._positions]
+            combos = list(itertools.product(*choices))
+        return combos if self._days is None else self._spread(values, combos)
 
     def _spread(self, values: tuple[str | None, ...],
                 combos: list[tuple[str | None, ...]]) -> list[tuple[str | None, ...]]:
@@ -193,6 +195,8 @@ class CompiledDependency:
         date_values = tuple(values[i] for i in source)
         days = (self._calendar.window(date_values, last) if last is not None
                 else self._calendar.month(date_values))
+        if m == y + 1 and d == y + 2:  # year, month, day side by side: splice tuples
+            return [combo[:y] + triple + combo[y + 3:] for combo in combos for triple in days]
         found: list[tuple[str | None, ...]] = []
         for combo in combos:
             row = list(combo)

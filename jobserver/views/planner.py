@@ -41,10 +41,8 @@ from jobserver.views.templates import render_location
 
 DataTime = Callable[[ViewAddress], "datetime | None"]
 UNSTORED = StoredPartition(ViewState.RECEIVE, None, None, None, 0, 0)
-_MOVING = (Action.TRANSFORM, Action.JOIN)
-# Per decided partition: its action, its timestamp once the plan is done (None: none
-# or not yet known), and whether this plan gives it a new timestamp.
-_Outcome = tuple[Action, "datetime | None", bool]
+_SET, _SKIP, _JOIN, _TRANSFORM, _NO_DATA = (Action.SET, Action.SKIP, Action.JOIN,
+                                            Action.TRANSFORM, Action.NO_DATA)
 
 
 def iso(moment: datetime | None) -> str:
@@ -69,8 +67,8 @@ def plan(lattice: Lattice, views: Mapping[str, ViewSpec],
     if mode in (Mode.TRANSFORM_ONLY, Mode.SET_ONLY):
         return [planner.only(address) for address in lattice.order
                 if address in lattice.addressed]
-    return [planner.decide(address, lattice.dependencies.get(address, ()))
-            for address in lattice.order]
+    dependencies = lattice.dependencies
+    return [planner.decide(address, dependencies[address]) for address in lattice.order]
 
 
 class _Planner:
@@ -79,49 +77,54 @@ class _Planner:
                  data_time: DataTime) -> None:
         self.views, self.stored, self.mode = views, stored, mode
         self.now, self.data_time = now, data_time
-        self.checksums: dict[str, str] = {}
-        self.outcomes: dict[ViewAddress, _Outcome] = {}
+        # Per view, keyed (package, view) to skip building its name per partition: its
+        # current version checksum and whether it is noop.
+        self.facts: dict[tuple[str, str], tuple[str, bool]] = {}
+        # Per decided partition, by id (the lattice's addresses are interned, and an
+        # id hashes in C where an address hashes in Python, once per edge): its
+        # action, its timestamp once the plan is done (None: none or not yet known),
+        # and whether this plan gives it a new one.
+        self.outcomes: dict[int, tuple[Action, datetime | None, bool]] = {}
 
-    def checksum(self, name: str) -> str:
-        found = self.checksums.get(name)
+    def view(self, address: ViewAddress) -> tuple[str, bool]:
+        key = (address.package, address.view)
+        found = self.facts.get(key)
         if found is None:
-            found = self.checksums[name] = version_checksum(self.views[name])
+            spec = self.views[address.name]
+            found = self.facts[key] = (version_checksum(spec), spec.noop)
         return found
 
     def only(self, address: ViewAddress) -> Decision:
         """TRANSFORM_ONLY and SET_ONLY: the partition alone."""
         own = self.stored.get(address, UNSTORED)
-        checksum = self.checksum(address.name)
+        checksum, noop = self.view(address)
         if self.mode is Mode.SET_ONLY:
             return Decision(address, Action.SET, "SET_ONLY", version_checksum=checksum,
                             transformed_at=self.now)
         if own.state.in_flight and own.job_id is not None:
             return Decision(address, Action.JOIN, f"being transformed by job {own.job_id}")
-        if self.views[address.name].noop:
+        if noop:
             return self.noop(address, own, checksum)
         return Decision(address, Action.TRANSFORM, "TRANSFORM_ONLY", version_checksum=checksum)
 
     def decide(self, address: ViewAddress, dependencies: Sequence[ViewAddress]) -> Decision:
         own = self.stored.get(address, UNSTORED)
-        checksum = self.checksum(address.name)
+        checksum, noop = self.view(address)
         if own.state.in_flight and own.job_id is not None:
             decision = Decision(address, Action.JOIN, f"being transformed by job {own.job_id}")
-        elif self.views[address.name].noop:
+        elif noop:
             decision = self.noop(address, own, checksum)
         else:
             decision = self.transformed(address, own, checksum, dependencies)
-        self.remember(decision, own)
-        return decision
-
-    def remember(self, decision: Decision, own: StoredPartition) -> None:
         action = decision.action
-        if action is Action.SET:
-            self.outcomes[decision.address] = (
-                action, decision.transformed_at, decision.transformed_at != own.transformed_at)
-        elif action is Action.SKIP or action is Action.JOIN:
-            self.outcomes[decision.address] = (action, own.transformed_at, False)
+        if action is _SET:
+            at = decision.transformed_at
+            self.outcomes[id(address)] = (action, at, at != own.transformed_at)
+        elif action is _SKIP or action is _JOIN:
+            self.outcomes[id(address)] = (action, own.transformed_at, False)
         else:
-            self.outcomes[decision.address] = (action, None, False)
+            self.outcomes[id(address)] = (action, None, False)
+        return decision
 
     def noop(self, address: ViewAddress, own: StoredPartition, checksum: str) -> Decision:
         """Rule 2: a noop view is materialized exactly when its data is there."""
@@ -141,12 +144,16 @@ class _Planner:
         """Rules 3 to 9 for a view with a job transformation, then the mode."""
         outcomes = self.outcomes
         no_data, moved, newest, newest_at = bool(dependencies), None, None, None
+        upstream: list[ViewAddress] = []
         for dependency in dependencies:
-            action, at, new = outcomes[dependency]
-            if action is not Action.NO_DATA:
+            action, at, new = outcomes[id(dependency)]
+            if action is not _NO_DATA:
                 no_data = False
-            if moved is None and (action in _MOVING or new):
-                moved = dependency
+            if action is _TRANSFORM or action is _JOIN:
+                upstream.append(dependency)
+                moved = moved or dependency
+            elif new:
+                moved = moved or dependency
             if at is not None and (newest_at is None or at > newest_at):
                 newest, newest_at = dependency, at
         if no_data:
@@ -164,8 +171,7 @@ class _Planner:
                      default=self.now)
             return Decision(address, Action.SET, f"{reason}; set to {iso(at)} without "
                             "transforming", version_checksum=checksum, transformed_at=at)
-        upstream = tuple(d for d in dependencies if outcomes[d][0] in _MOVING)
-        return Decision(address, Action.TRANSFORM, reason, upstream=upstream,
+        return Decision(address, Action.TRANSFORM, reason, upstream=tuple(upstream),
                         version_checksum=checksum)
 
 

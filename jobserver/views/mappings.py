@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, PlainValidator, StringConstraints, WithJsonSchema, model_validator
 
 from jobserver.spec import StrictModel
 
@@ -52,8 +52,33 @@ from jobserver.spec import StrictModel
 VIEW_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z_][A-Za-z0-9_]{0,63}){0,15}/[A-Za-z_][A-Za-z0-9_]{0,99}$"
 ViewName = Annotated[str, StringConstraints(pattern=VIEW_NAME, max_length=200)]
 ParamName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
-MapItem = Annotated[str, StringConstraints(max_length=1000, pattern=r"^[^\x00]*$")] | None
-MapValue = MapItem | Annotated[list[MapItem], Field(min_length=1, max_length=1000)]
+MAX_ITEMS = 1000
+_ITEM_SCHEMA = {"type": ["string", "null"], "maxLength": 1000}
+
+
+def _map_item(item: object) -> str | None:
+    if item is None:
+        return None
+    if not isinstance(item, str):
+        raise ValueError(f"expected $parameter, a fixed string (quote numbers) or null, "
+                         f"not {type(item).__name__}")
+    if len(item) > 1000 or "\x00" in item:
+        raise ValueError("a value holds at most 1000 characters, no NUL")
+    return item
+
+
+def _map_value(value: object) -> str | None | list[str | None]:
+    """One validator for the three forms, so that an error names the map's key only."""
+    if isinstance(value, list):
+        if not 1 <= len(value) <= MAX_ITEMS:
+            raise ValueError(f"a list holds 1 to {MAX_ITEMS} values")
+        return [_map_item(item) for item in value]
+    return _map_item(value)
+
+
+MapValue = Annotated[str | None | list[str | None], PlainValidator(_map_value), WithJsonSchema({"anyOf": [
+    _ITEM_SCHEMA, {"type": "array", "items": _ITEM_SCHEMA, "minItems": 1,
+                   "maxItems": MAX_ITEMS}]})]
 
 DAY_PARAMS = ("year", "month", "day")
 

@@ -38,8 +38,9 @@ _SQL_START = re.compile(
     r"set|use|copy|grant|explain|values|replace|upsert)\b)", re.IGNORECASE)
 # One token of SQL text: a quoted literal or identifier (kept), a comment (dropped),
 # a run of whitespace (one space), or any other character.
-_SQL_TOKEN = re.compile(r"""'(?:[^']|'')*'?|"(?:[^"]|"")*"?|`[^`]*`?|--[^\n]*|/\*.*?(?:\*/|\Z)|\s+|[^'"`\s/-]+|.""",
-                        re.DOTALL)
+_SQL_TOKEN = re.compile(r"""'(?:[^']|'')*'?|"(?:[^"]|"")*"?|`[^`]*`?"""  # quoted
+                        r"""|--[^\n]*|/\*.*?(?:\*/|\Z)"""                   # comments
+                        r"""|\s+|[^'"`\s/-]+|.""", re.DOTALL)
 _SPACE = re.compile(r"\s+")
 
 

@@ -49,7 +49,8 @@ from jobserver.spec import StrictModel
 
 #: ``package/View``: a dotted package and an identifier, none of the pattern syntax's
 #: special characters, so that an address's path needs no quoting in the view segment.
-VIEW_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z_][A-Za-z0-9_]{0,63}){0,15}/[A-Za-z_][A-Za-z0-9_]{0,99}$"
+VIEW_NAME = (r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z_][A-Za-z0-9_]{0,63}){0,15}"
+             r"/[A-Za-z_][A-Za-z0-9_]{0,99}$")
 ViewName = Annotated[str, StringConstraints(pattern=VIEW_NAME, max_length=200)]
 ParamName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
 MAX_ITEMS = 1000
@@ -76,9 +77,10 @@ def _map_value(value: object) -> str | None | list[str | None]:
     return _map_item(value)
 
 
-MapValue = Annotated[str | None | list[str | None], PlainValidator(_map_value), WithJsonSchema({"anyOf": [
-    _ITEM_SCHEMA, {"type": "array", "items": _ITEM_SCHEMA, "minItems": 1,
-                   "maxItems": MAX_ITEMS}]})]
+MapValue = Annotated[
+    str | None | list[str | None], PlainValidator(_map_value),
+    WithJsonSchema({"anyOf": [_ITEM_SCHEMA, {"type": "array", "items": _ITEM_SCHEMA,
+                                             "minItems": 1, "maxItems": MAX_ITEMS}]})]
 
 DAY_PARAMS = ("year", "month", "day")
 

@@ -78,8 +78,8 @@ def test_references_must_name_the_views_own_parameters() -> None:
     body = view("app.x/V", transformation={"job": {"steps": [
         {"name": "t", "type": "shell", "argv": ["echo", "${shop}", "$${shop}", "$HOME"]}]}},
         location="/data/${year}/${hour}",
-        dependencies=[{"view": "app.x/W", "map": {"a": "$nope"}, "days": {"last": 2,
-                                                                        "of": ["year", "mon", "day"]}}])
+        dependencies=[{"view": "app.x/W", "map": {"a": "$nope"},
+                       "days": {"last": 2, "of": ["year", "mon", "day"]}}])
     with pytest.raises(InvalidRequest) as exc:
         parse_view(body)
     assert fields_of(exc) == ["dependencies[0].map.a", "dependencies[0].days.of",

@@ -21,6 +21,7 @@ Targets (the issue's): each of plan and re-plan within 5 s. Writes
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
 from datetime import date, datetime, timedelta, timezone
@@ -83,14 +84,18 @@ def as_stored(lattice: Lattice, decisions: list[Decision]) -> dict[ViewAddress, 
 
 
 def timed_plan(views: dict[str, ViewSpec], wanted: list[ViewAddress],
-               stored: dict[ViewAddress, StoredPartition]) -> tuple[Lattice, list[Decision],
-                                                                    float, float]:
-    started = time.perf_counter()
+               stored: dict[ViewAddress, StoredPartition]
+               ) -> tuple[Lattice, list[Decision], float, float, float]:
+    """Instantiate and plan; wall seconds of each and CPU seconds of both (the CPU
+    figure does not depend on what else the machine runs)."""
+    gc.collect()  # what earlier phases left is not this phase's cost
+    cpu, started = time.process_time(), time.perf_counter()
     lattice = instantiate(views, wanted)
     instantiated = time.perf_counter()
     decisions = plan(lattice, views, stored, Mode.DEFAULT, DATA_AT + timedelta(days=1),
                      lambda address: DATA_AT)
-    return lattice, decisions, instantiated - started, time.perf_counter() - instantiated
+    return (lattice, decisions, instantiated - started, time.perf_counter() - instantiated,
+            time.process_time() - cpu)
 
 
 def run(opts: Options, views: int | None = None, days: int | None = None) -> list[dict]:
@@ -98,20 +103,22 @@ def run(opts: Options, views: int | None = None, days: int | None = None) -> lis
     days = days or opts.scale(*DAYS)
     specs = lattice_views(views)
     wanted = addresses(f"app.bench/V{views - 1:02d}", days)
-    lattice, decisions, inst_s, plan_s = timed_plan(specs, wanted, {})
+    lattice, decisions, inst_s, plan_s, plan_cpu = timed_plan(specs, wanted, {})
     first = Counter(d.action.value for d in decisions)
-    stored = as_stored(lattice, decisions)
-    _, again, reinst_s, replan_s = timed_plan(specs, wanted, stored)
-    second = Counter(d.action.value for d in again)
     edges = sum(len(deps) for deps in lattice.dependencies.values())
     total = len(lattice)
+    stored = as_stored(lattice, decisions)
+    del lattice, decisions  # a re-plan is another request: only the stored states remain
+    _, again, reinst_s, replan_s, replan_cpu = timed_plan(specs, wanted, stored)
+    second = Counter(d.action.value for d in again)
     row = {"views": views, "days": days, "partitions": total, "edges": edges,
            "instantiate_s": round(inst_s, 2), "plan_s": round(plan_s, 2),
            "plan_total_s": round(inst_s + plan_s, 2),
-           "plan_per_s": round(total / (inst_s + plan_s)),
+           "plan_per_s": round(total / (inst_s + plan_s)), "plan_cpu_s": round(plan_cpu, 2),
            "replan_instantiate_s": round(reinst_s, 2), "replan_s": round(replan_s, 2),
            "replan_total_s": round(reinst_s + replan_s, 2),
            "replan_per_s": round(total / (reinst_s + replan_s)),
+           "replan_cpu_s": round(replan_cpu, 2),
            "replan_all_skip": second == Counter({Action.SKIP.value: total}),
            "load1": loadavg()}
     row["met"] = ("yes" if row["plan_total_s"] <= TARGET_S and row["replan_total_s"] <= TARGET_S

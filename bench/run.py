@@ -6,6 +6,7 @@
     python -m bench --only failover --trials 10
     python -m bench --only schedules --schedules 2000 --minutes 2
     python -m bench --only datasets --partitions 200000
+    python -m bench --only views --views 20 --view-days 5000
 
 Each scenario prints a table and writes ``bench/results/<scenario>[-smoke].json``;
 ``summary`` puts our figures beside the issue's targets and the peers' ratios. Timing
@@ -26,7 +27,7 @@ from typing import Any
 from bench.common import RESULTS_DIR, Options, log, write_result
 
 SCENARIOS = ["floor", "throughput", "latency", "footprint", "failover", "backlog", "peers",
-             "profile", "schedules", "datasets"]
+             "profile", "schedules", "datasets", "views"]
 NEEDS_ZK = {"throughput", "failover", "profile"}
 
 
@@ -54,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--stores", help="datasets: only these stores, e.g. postgres")
     parser.add_argument("--no-consume", action="store_true", help="datasets: adds and "
                         "fill-and-claims only, no consumer jobs")
+    parser.add_argument("--views", type=int, help="views: how many views in the lattice "
+                        "(default 20)")
+    parser.add_argument("--view-days", type=int, help="views: how many days of the top view "
+                        "are addressed (default 5000)")
     parser.add_argument("--no-zookeeper", action="store_true")
     parser.add_argument("--no-profile", action="store_true", help="skip py-spy")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -150,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                 datasets.run(opts, args.partitions,
                              args.stores.split(",") if args.stores else None,
                              not args.no_consume)
+            elif name == "views":
+                from bench import views
+                views.run(opts, args.views, args.view_days)
             log(f"--- {name} took {time.monotonic() - started:.0f} s")
         summary(opts)
     finally:
@@ -231,6 +239,7 @@ def summary(opts: Options) -> list[dict[str, Any]]:
                 row["node_rss_mb"] <= 120, api_rss_mb=row["api_rss_mb"])
     _add_schedules(add, (_load("schedules", opts.smoke) or {}).get("rows", []))
     _add_datasets(add, (_load("datasets", opts.smoke) or {}).get("rows", []))
+    _add_views(add, (_load("views", opts.smoke) or {}).get("rows", []))
     if rows:
         write_result("summary", opts, rows)
         if not opts.smoke:  # the figures RESULTS.md compares the next run against
@@ -271,6 +280,17 @@ def _add_datasets(add: Any, rows: list[dict[str, Any]]) -> None:
             add(f"{what}: fill-and-claim vs at 1,000, after ANALYZE",
                 row["fill_ratio_analyzed"], "<= 2.0", _le(row["fill_ratio_analyzed"], 2.0),
                 p50_ms=row["fill_full_analyzed_p50_ms"])
+
+
+def _add_views(add: Any, rows: list[dict[str, Any]]) -> None:
+    """The views scenario's targets: plan and re-plan of the lattice within 5 s each."""
+    for row in rows:
+        what = f"views {row['partitions']:,} partitions"
+        add(f"{what}: plan s (instantiate + plan)", row["plan_total_s"], "<= 5",
+            _le(row["plan_total_s"], 5.0), per_s=row["plan_per_s"])
+        add(f"{what}: re-plan unchanged s", row["replan_total_s"], "<= 5",
+            _le(row["replan_total_s"], 5.0) and row["replan_all_skip"],
+            per_s=row["replan_per_s"])
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -4,7 +4,8 @@ Parameters are bound by name (``:business_date``) from the job's params merged w
 the step's own (the step's win); they are never formatted into the text, so a value
 is data whatever it holds. A statement naming a parameter nobody supplies fails the
 step before anything runs. (A colon that is not a parameter, inside a string literal
-for instance, is written ``\\:``; PostgreSQL's ``::`` casts need nothing.)
+for instance, is written ``\\:``; a cast of a parameter is ``CAST(:d AS date)``, as
+SQLAlchemy does not read ``:d::date`` as a parameter.)
 
 The transaction commits after the last statement, or rolls back on any failure,
 pause, discard or timeout. A running statement is interrupted through the driver
@@ -40,6 +41,9 @@ GUARD_INTERVAL = 0.05
 #: started just after the first one).
 INTERRUPT_REPEAT = 0.25
 _COMMENTS = re.compile(r"^(\s+|--[^\n]*(\n|$)|/\*.*?\*/)*", re.DOTALL)
+#: ``:name::type``: SQLAlchemy's ``text`` leaves it alone, so PostgreSQL would see
+#: the colon and fail with a syntax error that does not say why.
+_PARAMETER_CAST = re.compile(r"(?<![:\w\\]):(\w+)::")
 POSTGRES_TIMEOUT_SQLSTATE = "57014"  # query_canceled: statement_timeout or a cancel
 
 
@@ -58,6 +62,11 @@ def bind_parameters(statements: list[str], params: Mapping[str, Any]) -> list[di
     :class:`MissingParameter` names the first statement and parameter nobody supplies."""
     bound = []
     for index, statement in enumerate(statements):
+        cast = _PARAMETER_CAST.search(statement)
+        if cast:
+            raise MissingParameter(
+                f"statements[{index}]: {cast.group()} is not read as a parameter; write "
+                f"CAST({cast.group()[:-2]} AS type)", {"parameter": cast.group(1)})
         names = parameter_names(statement)
         missing = [name for name in names if name not in params]
         if missing:

@@ -17,7 +17,7 @@ from typing import Any
 
 from jobserver.config import Config
 from jobserver.exceptions import ConfigError
-from jobserver.store.tokens import SCOPES, SHELL, TokenRecord, parse_scopes
+from jobserver.store.tokens import SCOPES, SHELL, SQL, TokenRecord, parse_scopes
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -34,6 +34,8 @@ def add_parser(sub: Any) -> None:
     create.add_argument("--expires-in", help="e.g. 3600, 90m, 12h, 30d, 4w (default: never)")
     create.add_argument("--shell", action="store_true",
                         help="also allow jobs with shell steps (the 'shell' scope)")
+    create.add_argument("--sql", action="store_true",
+                        help="also allow jobs with sql steps (the 'sql' scope)")
     listing = actions.add_parser("list", help="id, name, scopes, expiry, revoked")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     revoke = actions.add_parser("revoke", help="revoke a token by id (effective at once)")
@@ -70,7 +72,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
 def _create(store: Any, args: argparse.Namespace) -> int:
     try:
-        scopes = parse_scopes(args.scopes + (f",{SHELL}" if args.shell else ""))
+        scopes = parse_scopes(args.scopes + (f",{SHELL}" if args.shell else "")
+                              + (f",{SQL}" if args.sql else ""))
     except ValueError as exc:
         raise ConfigError(f"--scopes: {exc}") from None
     expires_in = parse_duration(args.expires_in) if args.expires_in else None

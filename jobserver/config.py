@@ -15,10 +15,10 @@ import socket
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError,
-                      field_validator)
+                      StringConstraints, ValidationInfo, field_validator)
 
 from jobserver.exceptions import ConfigError
 
@@ -167,6 +167,63 @@ class StepsConfig(_Section):
     shell: ShellStepConfig = Field(default_factory=ShellStepConfig)
 
 
+#: ``${NAME}`` in a connection URL: replaced by the environment variable NAME at load.
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: The names of ``connections.<name>`` (and of a sql step's ``connection``).
+CONNECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+
+
+class ConnectionConfig(_Section):
+    """A database that sql steps and watermark queries use by name.
+
+    ``url`` is a SQLAlchemy URL. Each ``${NAME}`` in it is replaced, when the config is
+    loaded, by the environment variable NAME (a missing one stops start-up), so that
+    a password need not be written in the config file; the value is inserted as it is
+    (percent-encode ``@``, ``:`` or ``/`` in a password). The expanded URL is a secret:
+    it is never logged or shown with its password.
+    """
+
+    url: SecretStr
+    # Connections of this node's engine for this database: held open (pool_size) and
+    # opened beyond that while busy (max_overflow).
+    pool_size: int = Field(default=2, ge=1, le=20)
+    max_overflow: int = Field(default=2, ge=0, le=50)
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _expand(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if not isinstance(value, str):
+            return value
+        environ = (info.context or {}).get("environ", os.environ)
+        missing = [name for name in _ENV_REFERENCE.findall(value) if name not in environ]
+        if missing:
+            raise ValueError(f"environment variable {missing[0]} (named in the URL as "
+                             f"${{{missing[0]}}}) is not set")
+        expanded = _ENV_REFERENCE.sub(lambda match: environ[match.group(1)], value)
+        _check_url(expanded)
+        return expanded
+
+
+def _check_url(url: str) -> None:
+    """A URL SQLAlchemy parses, of a dialect whose driver is installed. The messages
+    never quote the URL: it may hold a password."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ValueError("not a SQLAlchemy URL such as "
+                         "postgresql://user:${PASSWORD}@host/db or sqlite:////path/db") \
+            from None
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (NoSuchModuleError, ImportError) as exc:
+        raise ValueError(f"no driver for {parsed.drivername!r}: {exc}") from None
+
+
 class SchedulesConfig(_Section):
     """The schedule evaluator (jobserver.schedules.evaluator)."""
 
@@ -196,6 +253,8 @@ class Config(_Section):
     api: ApiConfig = Field(default_factory=ApiConfig)
     steps: StepsConfig = Field(default_factory=StepsConfig)
     schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
+    connections: dict[Annotated[str, StringConstraints(pattern=CONNECTION_NAME)],
+                      ConnectionConfig] = Field(default_factory=dict, max_length=100)
 
     @property
     def database_url(self) -> str:
@@ -227,7 +286,7 @@ def load_config(path: str | os.PathLike[str] | None = None,
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, tuple(dotted.split(".")), value)
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(data, context={"environ": environ})
     except ValidationError as exc:
         raise ConfigError(_describe(exc, sources)) from None
 

@@ -132,6 +132,27 @@ class StepFailed(JobServerError):
         self.retryable = retryable
 
 
+class UnknownConnection(InvalidRequest):
+    """A step or a watermark source names a connection that ``connections.<name>`` in
+    the config does not define."""
+
+    code = "unknown_connection"
+
+
+class MissingParameter(InvalidRequest):
+    """A SQL text names a parameter (``:name``) that nobody supplies."""
+
+    code = "missing_parameter"
+
+
+class WatermarkError(Conflict):
+    """A source's watermark cannot be read now: its file is missing or holds no date,
+    its query returned no row or something other than a date. The source, not the
+    request, is at fault, so the request may succeed once the source is mended."""
+
+    code = "watermark_unreadable"
+
+
 class StoreError(JobServerError):
     """The store failed to run a statement for a reason a retry will not mend: a bug
     (a statement the database refuses, a schema that is not there) rather than an

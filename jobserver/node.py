@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jobserver.config import Config
+from jobserver.connections import Connections
 from jobserver.exceptions import TRANSIENT, ConfigError, LockError, StoreError
 from jobserver.events import EventBus
 from jobserver.listeners import Listeners
@@ -119,7 +120,9 @@ class Node:
         # Imported now: a listener that cannot be imported stops start-up.
         self.listeners = Listeners.from_config(config, self.metrics)
         self.bus.subscribe(self.listeners.publish)
-        steps = step_types(self.python_steps)
+        # Named databases of sql steps: engines made on first use, disposed at stop.
+        self.connections = Connections(config.connections)
+        steps = step_types(self.python_steps, self.connections)
         self.runner = Runner(self.store, steps, config.steps.shell,
                              config.capacity, on_slot_freed=self._wake, bus=self.bus)
         self.metrics.start_at_zero(steps, [worker.name for worker in self.listeners.workers])
@@ -152,7 +155,8 @@ class Node:
             return None
         seat = PlannerSeat(self.scheduler, self.locks, self.ctx.stopping)
         policy = Policy(self.python_steps.is_registered,
-                        self.config.steps.shell.allowed_executables)
+                        self.config.steps.shell.allowed_executables,
+                        connections=self.config.connections)
         evaluator = ScheduleEvaluator(self.store, seat, self.config.schedules, policy,
                                       self.metrics.schedules, stopping=self.ctx.stopping,
                                       release=self._release_launched)
@@ -353,4 +357,5 @@ class Node:
         if self._presence is not None:
             self._presence.release()
         self.locks.close()
+        self.connections.dispose()
         self.store.dispose()

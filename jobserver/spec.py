@@ -113,9 +113,35 @@ class PythonStep(_StepBase):
     args: StepJson = Field(default_factory=dict)
 
 
-StepSpec = Annotated[Union[NoopStep, SleepStep, ShellStep, PythonStep],
+MAX_SQL_STATEMENTS = 50
+MAX_SQL_CHARS = 64 * 1024
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("a statement cannot be blank")
+    return value
+
+
+#: One SQL text: parameters are named in it (``:business_date``), never formatted in.
+SqlText = Annotated[str, StringConstraints(max_length=MAX_SQL_CHARS, pattern=r"^[^\x00]*$"),
+                    AfterValidator(_not_blank)]
+
+
+class SqlStep(_StepBase):
+    """Statements run in one transaction on a named connection (``connections.<name>``),
+    with the job's params and the step's own (the step's win) bound by name."""
+
+    type: Literal["sql"]
+    connection: Name
+    statements: list[SqlText] = Field(min_length=1, max_length=MAX_SQL_STATEMENTS)
+    params: StepJson = Field(default_factory=dict)
+    timeout: float = Field(default=300.0, gt=0, le=86400)
+
+
+StepSpec = Annotated[Union[NoopStep, SleepStep, ShellStep, PythonStep, SqlStep],
                      Field(discriminator="type")]
-STEP_TYPES = ("noop", "sleep", "shell", "python")
+STEP_TYPES = ("noop", "sleep", "shell", "python", "sql")
 
 
 #: A dataset an input names: ``name`` (namespace ``default``) or ``namespace/name``.
@@ -151,13 +177,16 @@ class JobSpec(StrictModel):
 
 
 class Policy:
-    """What the node allows: registered callables and permitted executables."""
+    """What the node allows: registered callables, permitted executables and the
+    connections sql steps may name (None: not known here, so not checked)."""
 
     def __init__(self, is_registered: Callable[[str], bool],
-                 allowed_executables: Iterable[str] | None) -> None:
+                 allowed_executables: Iterable[str] | None,
+                 connections: Iterable[str] | None = None) -> None:
         self.is_registered = is_registered
         self.allowed_executables = (None if allowed_executables is None
                                     else frozenset(allowed_executables))
+        self.connections = None if connections is None else frozenset(connections)
 
 
 def field_path(loc: Iterable[Any]) -> str:
@@ -292,6 +321,11 @@ def _check_step(index: int, step: Any, names: set[str], policy: Policy) -> list[
         problems.append({"field": f"{where}.argv[0]",
                          "message": f"executable {step.argv[0]!r} is not allowed "
                                     "(steps.shell.allowed_executables)"})
+    if (isinstance(step, SqlStep) and policy.connections is not None
+            and step.connection not in policy.connections):
+        problems.append({"field": f"{where}.connection",
+                         "message": f"no connection named {step.connection!r} "
+                                    "(connections.<name>.url in the config)"})
     return problems
 
 

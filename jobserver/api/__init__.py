@@ -97,7 +97,8 @@ def create_app(config: Config | None = None, store: Store | None = None,
         config=config,
         store=store or Store(config.database_url, config.database.pool_size,
                              notify=config.scheduler.notify),
-        policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables),
+        policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables,
+                      connections=config.connections),
         metrics=ApiMetrics(registry), registry=registry,
         limiter=SubmitLimiter(config.api.submit_rate, config.api.submit_burst))
 

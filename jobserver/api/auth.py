@@ -25,7 +25,7 @@ from typing import Any
 
 from jobserver.config import Config
 from jobserver.exceptions import AuthError, Forbidden, RateLimited
-from jobserver.store.tokens import ADMIN, ALL_SCOPES, OPERATE, READ, SHELL, SUBMIT
+from jobserver.store.tokens import ADMIN, ALL_SCOPES, OPERATE, READ, SHELL, SQL, SUBMIT
 
 ENDPOINT_SCOPES: dict[str, str] = {
     "jobs.submit": SUBMIT,
@@ -119,16 +119,24 @@ def authorize(principal: Principal, endpoint: str | None) -> None:
                         {"required_scope": scope, **principal.describe()})
 
 
+#: Step types that need a scope of their own on top of ``submit``: they reach beyond
+#: the job server (a process on the node, a database).
+STEP_SCOPES: dict[str, str] = {"shell": SHELL, "sql": SQL}
+
+
 def check_step_types(principal: Principal, spec: Any) -> None:
-    """Shell steps need the ``shell`` scope on top of ``submit``."""
-    if SHELL in principal.scopes:
+    """Shell steps need the ``shell`` scope and sql steps the ``sql`` scope, on top of
+    ``submit``."""
+    lacking = [(index, step.type) for index, step in enumerate(spec.steps)
+               if step.type in STEP_SCOPES and STEP_SCOPES[step.type] not in principal.scopes]
+    if not lacking:
         return
     fields = [{"field": f"steps[{index}].type",
-               "message": f"token {principal.name!r} lacks the 'shell' scope"}
-              for index, step in enumerate(spec.steps) if step.type == "shell"]
-    if fields:
-        raise Forbidden(f"{fields[0]['field']}: shell steps need a token with the 'shell' "
-                        "scope", fields)
+               "message": f"token {principal.name!r} lacks the {STEP_SCOPES[kind]!r} scope"}
+              for index, kind in lacking]
+    kind = lacking[0][1]
+    raise Forbidden(f"{fields[0]['field']}: {kind} steps need a token with the "
+                    f"{STEP_SCOPES[kind]!r} scope", fields)
 
 
 class SubmitLimiter:

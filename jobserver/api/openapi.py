@@ -85,8 +85,8 @@ _HEADER_TEXT = {"type": "string"}
 _ERROR_TEXT = {
     400: "malformed request (the body is not JSON)",
     401: "missing, unknown, revoked or expired token",
-    403: "the token lacks the route's scope (details name it), or the 'shell' scope for "
-         "a job with shell steps",
+    403: "the token lacks the route's scope (details name it), or the 'shell' or 'sql' "
+         "scope for a job with shell or sql steps",
     404: "no such job, schedule, dataset or partition",
     409: "conflict (illegal transition, idempotency key reuse, a schedule, dataset or "
          "partition that exists, a key change of a dataset with partitions)",
@@ -179,7 +179,7 @@ def _paths() -> dict[str, Any]:
                                                       "store unreachable, or the node "
                                                       "is stopping after a failure")}}},
         "/api/v1/jobs": {
-            "post": {"summary": "Submit a job (scope: submit; shell steps also: shell)",
+            "post": {"summary": "Submit a job (scope: submit; shell steps also: shell; sql steps also: sql)",
                      "operationId": "submit_job",
                      "parameters": [{"name": "Idempotency-Key", "in": "header",
                                      "required": False,
@@ -268,7 +268,8 @@ def document() -> dict[str, Any]:
                 "A token from api.tokens (every scope) or from `jobserver token create` "
                 "with scopes: read (GET routes), submit (jobs; creating and updating "
                 "schedules and datasets; adding partitions), shell (jobs and schedule "
-                "templates with shell steps, with submit), operate (pause, resume, rerun, "
+                "templates with shell steps, with submit), sql (likewise for sql steps), "
+                "operate (pause, resume, rerun, "
                 "discard; enabling, disabling and deleting schedules; deleting datasets "
                 "and partitions), admin.")}}},
         "security": [{"bearer": []}],

@@ -62,9 +62,14 @@ def run_sleep(spec: dict[str, Any], ctx: StepContext) -> StepOutcome:
     return StepOutcome(State.SUCCEED, wall_seconds=wall)
 
 
-def step_types(python_steps: Any) -> dict[str, StepFunction]:
-    """The step types this node can run, by the name a job spec uses."""
+def step_types(python_steps: Any, connections: Any = None) -> dict[str, StepFunction]:
+    """The step types this node can run, by the name a job spec uses. ``connections``
+    (:class:`jobserver.connections.Connections`): the databases of sql steps; without
+    it a sql step fails, naming its connection as unknown."""
+    from jobserver.connections import Connections
     from jobserver.steps.shell import run_shell
+    from jobserver.steps.sql import SqlSteps
 
+    sql = SqlSteps(connections if connections is not None else Connections({}))
     return {"noop": run_noop, "sleep": run_sleep, "shell": run_shell,
-            "python": python_steps.run}
+            "python": python_steps.run, "sql": sql.run}

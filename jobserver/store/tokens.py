@@ -7,6 +7,7 @@ right hash here). Each token has scopes and an optional expiry:
 ``read``     every GET route (jobs, events, cluster, metrics, the OpenAPI document)
 ``submit``   ``POST /api/v1/jobs``; creating and updating schedules
 ``shell``    in addition to ``submit``: jobs and schedule templates with ``shell`` steps
+``sql``      in addition to ``submit``: jobs and schedule templates with ``sql`` steps
 ``operate``  pause, resume, rerun, discard; enable, disable and delete schedules
 ``admin``    cluster operations (routes without a scope of their own need it)
 
@@ -34,7 +35,8 @@ from jobserver.store.tables import api_tokens
 log = logging.getLogger(__name__)
 
 READ, SUBMIT, SHELL, OPERATE, ADMIN = "read", "submit", "shell", "operate", "admin"
-SCOPES = (READ, SUBMIT, SHELL, OPERATE, ADMIN)
+SQL = "sql"
+SCOPES = (READ, SUBMIT, SHELL, SQL, OPERATE, ADMIN)
 ALL_SCOPES = frozenset(SCOPES)
 
 #: Prefix of stored tokens' secrets, so that secret scanners and people can tell one.

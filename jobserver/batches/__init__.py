@@ -1,0 +1,1 @@
+"""Batches: control table, stages and job groups chosen by context, catch-ups, watermarks."""

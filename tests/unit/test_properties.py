@@ -471,6 +471,10 @@ def _check_type(value: Any, annotation: Any, key: str) -> None:
         if get_origin(option) is list:
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
                 return
+        elif get_origin(option) is dict:  # named sections, e.g. connections.<name>
+            if isinstance(value, dict) and all(isinstance(v, get_args(option)[1])
+                                               for v in value.values()):
+                return
         elif isinstance(option, type) and isinstance(value, option):
             if option is int and isinstance(value, bool):
                 continue

@@ -155,7 +155,7 @@ class ViewRepository:
         """Compare-and-set every change in (view, key) order, recording an event for
         each state change; :class:`CasConflict` (the caller's transaction rolls back)
         when any row moved since it was read."""
-        now = store_now()
+        now = clock(conn)
         events: list[dict[str, Any]] = []
         for change in sorted(changes, key=lambda c: (c.address.name, c.address.key)):
             if not self._compare_and_set(conn, change, now):
@@ -256,25 +256,33 @@ class ViewRepository:
 def reset_partitions(conn: Connection, name: str, message: str) -> int:
     """Every partition of view ``name`` back to RECEIVE, no timestamp or checksum;
     in-flight ones keep their job (its end is tracked as usual)."""
-    rows = conn.execute(select(view_partitions.c.key, view_partitions.c.values,
+    now = clock(conn)
+    rows = conn.execute(select(view_partitions.c.key, view_partitions.c["values"],
                                view_partitions.c.state).where(
-        view_partitions.c.view == name)).all()
-    now = store_now()
+        view_partitions.c.view == name)).mappings().all()
     conn.execute(update(view_partitions).where(view_partitions.c.view == name).values(
         version_checksum=None, transformed_at=None, updated_at=now, message=message,
         row_version=view_partitions.c.row_version + 1))
-    idle = [row for row in rows if not ViewState(row.state).in_flight]
+    idle = [row for row in rows if not ViewState(row["state"]).in_flight]
     if idle:
         conn.execute(update(view_partitions).where(
             view_partitions.c.view == name,
-            view_partitions.c.key.in_([row.key for row in idle])).values(
+            view_partitions.c.key.in_([row["key"] for row in idle])).values(
             state=ViewState.RECEIVE.value, job_id=None, retries=0))
-    events = [{"view": name, "key": row.key, "values": row.values, "previous": row.state,
-               "new": ViewState.RECEIVE.value, "job_id": None, "message": message, "at": now}
-              for row in idle if row.state != ViewState.RECEIVE.value]
+    events = [{"view": name, "key": row["key"], "values": row["values"],
+               "previous": row["state"], "new": ViewState.RECEIVE.value, "job_id": None,
+               "message": message, "at": now}
+              for row in idle if row["state"] != ViewState.RECEIVE.value]
     if events:
         conn.execute(insert(view_events), events)
     return len(rows)
+
+
+def clock(conn: Connection) -> datetime:
+    """The store's time, read once for the rows of one transaction."""
+    now = as_utc(conn.execute(select(store_now())).scalar())
+    assert now is not None
+    return now
 
 
 def address_of(name: str, values: Iterable[str | None]) -> ViewAddress:

@@ -68,9 +68,11 @@ class Materializer:
                  data_time: Callable[[Mapping[str, Any]], Callable[[ViewAddress],
                                                                     datetime | None]]
                  | None = None,
-                 render: Callable[[Any, ViewAddress], JobSpec] = plan_side.render_job) -> None:
+                 render: Callable[[Any, ViewAddress], JobSpec] = plan_side.render_job,
+                 parse: Callable[[dict[str, Any]], Any] = plan_side.parse_view) -> None:
         self._store = store
         self._render = render
+        self._parse = parse
         self.policy = policy
         self._clock = clock
         self._data_time = data_time or (lambda views: DataTimes(store, views))
@@ -83,7 +85,7 @@ class Materializer:
         for definition in self._store.views.definitions():
             cache_key = (definition.name, definition.spec_hash)
             if cache_key not in self._specs:
-                self._specs[cache_key] = plan_side.parse_view(definition.spec)
+                self._specs[cache_key] = self._parse(definition.spec)
             found[definition.name] = self._specs[cache_key]
         return found
 

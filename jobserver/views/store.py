@@ -174,7 +174,8 @@ class ViewRepository:
             statement = maker(view_partitions).values(
                 view=address.name, key=address.key, values=list(address.values),
                 row_version=1, **{"retries": 0, **values}).on_conflict_do_nothing()
-            return bool(conn.execute(statement).rowcount)
+            # RETURNING, not rowcount: a skipped insert's rowcount is not 0 on every driver.
+            return conn.execute(statement.returning(view_partitions.c.id)).first() is not None
         where = and_(view_partitions.c.view == address.name,
                      view_partitions.c.key == address.key,
                      view_partitions.c.row_version == change.expected)

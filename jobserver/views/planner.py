@@ -1,0 +1,191 @@
+"""The pure half of ``materialize``: what to do with each partition of a lattice, and why.
+
+:func:`plan` walks the lattice in order (dependencies first), so every partition's
+outcome is known when its dependents are decided. A partition absent from ``stored``
+is in RECEIVE and was never transformed. In DEFAULT mode the first rule that applies
+decides:
+
+1. in flight (waiting, transforming, retrying with a job) → JOIN that job;
+2. a noop view: SET when its data appeared at a time other than the stored one (or it
+   is not materialized), NO_DATA without data, else SKIP;
+3. every dependency decided NO_DATA → NO_DATA;
+4. never transformed, or invalidated → TRANSFORM;
+5. a dependency transformed, joined or set to a new timestamp by this plan → TRANSFORM;
+6. a dependency's timestamp newer than its own → TRANSFORM;
+7. its stored version checksum is not the current one → TRANSFORM;
+8. it failed last time → TRANSFORM;
+9. else SKIP.
+
+RESET_TRANSFORMATION_CHECKSUMS makes rule 7 a SET of the current checksum (the
+timestamp kept). RESET_TRANSFORMATION_CHECKSUMS_AND_TIMESTAMPS runs nothing: each
+TRANSFORM becomes a SET of the current checksum and the newest of its own and its
+dependencies' timestamps, so that a DEFAULT plan right after is all SKIP. TRANSFORM_ONLY
+and SET_ONLY decide the addressed partitions only, ignoring dependencies. Dependencies
+that failed do not stop their dependents: the runtime links jobs with ``when: done``.
+
+Cost: one dict lookup per lattice edge and per partition, no pydantic, the version
+checksum computed once per view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+
+from jobserver.views.checksums import version_checksum
+from jobserver.views.lattice import Lattice
+from jobserver.views.model import (Action, Decision, Mode, StoredPartition, ViewAddress,
+                                   ViewState)
+from jobserver.views.spec import ViewSpec
+from jobserver.views.templates import render_location
+
+DataTime = Callable[[ViewAddress], "datetime | None"]
+UNSTORED = StoredPartition(ViewState.RECEIVE, None, None, None, 0, 0)
+_MOVING = (Action.TRANSFORM, Action.JOIN)
+# Per decided partition: its action, its timestamp once the plan is done (None: none
+# or not yet known), and whether this plan gives it a new timestamp.
+_Outcome = tuple[Action, "datetime | None", bool]
+
+
+def iso(moment: datetime | None) -> str:
+    """``2015-05-04T01:00:00Z`` (naive means UTC); ``never`` for None."""
+    if moment is None:
+        return "never"
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def short(checksum: str | None) -> str:
+    return "none" if checksum is None else checksum[:8] + "…"
+
+
+def plan(lattice: Lattice, views: Mapping[str, ViewSpec],
+         stored: Mapping[ViewAddress, StoredPartition], mode: Mode, now: datetime,
+         data_time: DataTime) -> list[Decision]:
+    """One decision per partition of ``lattice`` (the addressed ones only for
+    TRANSFORM_ONLY and SET_ONLY), in lattice order."""
+    planner = _Planner(views, stored, mode, now, data_time)
+    if mode in (Mode.TRANSFORM_ONLY, Mode.SET_ONLY):
+        return [planner.only(address) for address in lattice.order
+                if address in lattice.addressed]
+    return [planner.decide(address, lattice.dependencies.get(address, ()))
+            for address in lattice.order]
+
+
+class _Planner:
+    def __init__(self, views: Mapping[str, ViewSpec],
+                 stored: Mapping[ViewAddress, StoredPartition], mode: Mode, now: datetime,
+                 data_time: DataTime) -> None:
+        self.views, self.stored, self.mode = views, stored, mode
+        self.now, self.data_time = now, data_time
+        self.checksums: dict[str, str] = {}
+        self.outcomes: dict[ViewAddress, _Outcome] = {}
+
+    def checksum(self, name: str) -> str:
+        found = self.checksums.get(name)
+        if found is None:
+            found = self.checksums[name] = version_checksum(self.views[name])
+        return found
+
+    def only(self, address: ViewAddress) -> Decision:
+        """TRANSFORM_ONLY and SET_ONLY: the partition alone."""
+        own = self.stored.get(address, UNSTORED)
+        checksum = self.checksum(address.name)
+        if self.mode is Mode.SET_ONLY:
+            return Decision(address, Action.SET, "SET_ONLY", version_checksum=checksum,
+                            transformed_at=self.now)
+        if own.state.in_flight and own.job_id is not None:
+            return Decision(address, Action.JOIN, f"being transformed by job {own.job_id}")
+        if self.views[address.name].noop:
+            return self.noop(address, own, checksum)
+        return Decision(address, Action.TRANSFORM, "TRANSFORM_ONLY", version_checksum=checksum)
+
+    def decide(self, address: ViewAddress, dependencies: Sequence[ViewAddress]) -> Decision:
+        own = self.stored.get(address, UNSTORED)
+        checksum = self.checksum(address.name)
+        if own.state.in_flight and own.job_id is not None:
+            decision = Decision(address, Action.JOIN, f"being transformed by job {own.job_id}")
+        elif self.views[address.name].noop:
+            decision = self.noop(address, own, checksum)
+        else:
+            decision = self.transformed(address, own, checksum, dependencies)
+        self.remember(decision, own)
+        return decision
+
+    def remember(self, decision: Decision, own: StoredPartition) -> None:
+        action = decision.action
+        if action is Action.SET:
+            self.outcomes[decision.address] = (
+                action, decision.transformed_at, decision.transformed_at != own.transformed_at)
+        elif action is Action.SKIP or action is Action.JOIN:
+            self.outcomes[decision.address] = (action, own.transformed_at, False)
+        else:
+            self.outcomes[decision.address] = (action, None, False)
+
+    def noop(self, address: ViewAddress, own: StoredPartition, checksum: str) -> Decision:
+        """Rule 2: a noop view is materialized exactly when its data is there."""
+        seen = self.data_time(address)
+        if seen is None:
+            location = render_location(self.views[address.name], address)
+            reason = (f"no _SUCCESS flag at {location.rstrip('/')}/_SUCCESS" if location
+                      else "no matching dataset partition")
+            return Decision(address, Action.NO_DATA, reason)
+        if seen != own.transformed_at or own.state is not ViewState.MATERIALIZED:
+            return Decision(address, Action.SET, f"data at {iso(seen)}",
+                            version_checksum=checksum, transformed_at=seen)
+        return Decision(address, Action.SKIP, f"data at {iso(seen)} unchanged")
+
+    def transformed(self, address: ViewAddress, own: StoredPartition, checksum: str,
+                    dependencies: Sequence[ViewAddress]) -> Decision:
+        """Rules 3 to 9 for a view with a job transformation, then the mode."""
+        outcomes = self.outcomes
+        no_data, moved, newest, newest_at = bool(dependencies), None, None, None
+        for dependency in dependencies:
+            action, at, new = outcomes[dependency]
+            if action is not Action.NO_DATA:
+                no_data = False
+            if moved is None and (action in _MOVING or new):
+                moved = dependency
+            if at is not None and (newest_at is None or at > newest_at):
+                newest, newest_at = dependency, at
+        if no_data:
+            return Decision(address, Action.NO_DATA, "all dependencies have no data")
+        reason = _stale(own, checksum, moved, newest, newest_at)
+        if reason is None:
+            return Decision(address, Action.SKIP, f"materialized at {iso(own.transformed_at)}; "
+                            "dependencies older; version unchanged")
+        if self.mode is Mode.RESET_TRANSFORMATION_CHECKSUMS and reason.startswith(_VERSION):
+            return Decision(address, Action.SET, "transformation version checksum reset "
+                            f"({short(own.version_checksum)} → {short(checksum)})",
+                            version_checksum=checksum, transformed_at=own.transformed_at)
+        if self.mode is Mode.RESET_TRANSFORMATION_CHECKSUMS_AND_TIMESTAMPS:
+            at = max((t for t in (own.transformed_at, newest_at) if t is not None),
+                     default=self.now)
+            return Decision(address, Action.SET, f"{reason}; set to {iso(at)} without "
+                            "transforming", version_checksum=checksum, transformed_at=at)
+        upstream = tuple(d for d in dependencies if outcomes[d][0] in _MOVING)
+        return Decision(address, Action.TRANSFORM, reason, upstream=upstream,
+                        version_checksum=checksum)
+
+
+_VERSION = "transformation version changed"
+
+
+def _stale(own: StoredPartition, checksum: str, moved: ViewAddress | None,
+           newest: ViewAddress | None, newest_at: datetime | None) -> str | None:
+    """Why a partition must be transformed (rules 4 to 8), or None (rule 9)."""
+    if own.transformed_at is None:
+        return "never transformed"
+    if own.state is ViewState.RECEIVE:
+        return "invalidated"
+    if moved is not None:
+        return f"dependency {moved.path} is transformed by this request"
+    if newest is not None and newest_at is not None and newest_at > own.transformed_at:
+        return (f"dependency {newest.path} newer ({iso(newest_at)}) than own "
+                f"({iso(own.transformed_at)})")
+    if own.version_checksum != checksum:
+        return f"{_VERSION} ({short(own.version_checksum)} → {short(checksum)})"
+    if own.state is ViewState.FAILED:
+        return "failed last time"
+    return None

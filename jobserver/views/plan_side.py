@@ -19,7 +19,8 @@ from jobserver.views.model import Decision, Mode, StoredPartition, ViewAddress
 def parse_pattern(pattern: str) -> list[ViewAddress]:
     from jobserver.views.patterns import parse_pattern as parse
 
-    return parse(pattern)
+    # The parser's addresses are its own class: the store keys on the vocabulary's.
+    return [ViewAddress(a.package, a.view, tuple(a.values)) for a in parse(pattern)]
 
 
 def parse_view(body: Any) -> Any:

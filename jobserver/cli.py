@@ -207,10 +207,22 @@ def _client_command(args: argparse.Namespace) -> int:
         page = client.jobs(state=args.state, name=args.name, limit=args.limit)
         print(_table(page["jobs"]))
     elif args.command == "job":
-        _print(client.job(args.id))
+        job = client.job(args.id)
+        _print(job)
+        if job.get("after"):
+            print(waits_for(job))
     else:
         _print(client.operate(args.id, args.command))
     return 0
+
+
+def waits_for(job: dict[str, Any]) -> str:
+    """``waits for: job 41 (done, RUNNING), job 42 (succeeded, SUCCEED, met)``: the
+    job's upstreams, what it waits for of each and their states now."""
+    parts = [f"job {up['job']} ({up['when']}, {up['state']}{', met' if up['met'] else ''})"
+             for up in job["after"]]
+    return (f"waits for: {', '.join(parts)}; {job['waiting_on']} not yet met"
+            if job["waiting_on"] else f"waited for: {', '.join(parts)}")
 
 
 def _print(body: Any) -> None:

@@ -138,6 +138,29 @@ class InputSpec(StrictModel):
     wait_seconds: float = Field(default=30.0, ge=0.1, le=86400)
 
 
+MAX_AFTER = 1000
+
+
+class AfterSpec(StrictModel):
+    """An upstream job this job waits for. ``done``: until it is SUCCEED, ERROR (after
+    its retries) or DISCARDED; ``succeeded``: until it is SUCCEED, and if it ends ERROR
+    or DISCARDED instead, this job goes to ERROR naming it."""
+
+    job: int = Field(ge=1, le=2**63 - 1)
+    when: Literal["done", "succeeded"] = "done"
+
+
+def _merged_after(value: list[AfterSpec]) -> list[AfterSpec]:
+    """One entry per upstream, in first-named order: a job named twice waits for the
+    stricter of the two (``succeeded`` over ``done``)."""
+    merged: dict[int, AfterSpec] = {}
+    for item in value:
+        known = merged.get(item.job)
+        if known is None or item.when == "succeeded":
+            merged[item.job] = item  # a key keeps its first position in the dict
+    return list(merged.values())
+
+
 class JobSpec(StrictModel):
     name: Text
     steps: list[StepSpec] = Field(min_length=1, max_length=MAX_STEPS)
@@ -148,6 +171,10 @@ class JobSpec(StrictModel):
     parallelism: int = Field(default=1, ge=1, le=64)
     not_before: Annotated[AwareDatetime, AfterValidator(_to_utc)] | None = None
     inputs: list[InputSpec] = Field(default_factory=list, max_length=MAX_INPUTS)
+    after: Annotated[list[AfterSpec], AfterValidator(_merged_after)] = Field(
+        default_factory=list, max_length=MAX_AFTER, description=(
+            "upstream jobs that must end first: the job stays READY, unclaimed, until "
+            "each is final for its `when`"))
 
 
 class Policy:

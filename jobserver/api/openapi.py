@@ -57,8 +57,12 @@ JOB = exact({
     "finished_at": _time,
     "progress": exact({"done": {"type": "integer"}, "total": {"type": "integer"}}),
     "inputs": {"type": "array", "items": {"type": "object"}},
+    "waiting_on": {"type": "integer", "minimum": 0},
+    "after": {"type": "array", "items": exact({
+        "job": {"type": "integer"}, "when": {"enum": ["done", "succeeded"]},
+        "state": {"enum": STATES}, "met": {"type": "boolean"}})},
     "steps": {"type": "array", "items": ref("Step")}},
-    optional=("steps",))  # lists leave the steps out
+    optional=("steps", "after"))  # lists leave the steps and upstreams out
 
 EVENT = exact({
     "id": {"type": "integer"}, "step": _nullable_str, "from_state": _nullable_str,

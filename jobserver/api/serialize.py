@@ -40,7 +40,11 @@ def job_json(job: JobRecord) -> dict[str, Any]:
         "finished_at": _time(job.finished_at),
         "progress": {"done": job.steps_done, "total": job.steps_total},
         "inputs": job.inputs or [],
+        "waiting_on": job.waiting_on,
     }
+    if job.after is not None:
+        body["after"] = [{"job": up.job, "when": up.when, "state": up.state.value,
+                          "met": up.met} for up in job.after]
     if job.steps is not None:
         body["steps"] = [step_json(step) for step in job.steps]
     return body

@@ -136,6 +136,9 @@ def _sqlite_engine(url: str) -> Engine:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(_busy_timeout())
         cursor.execute("PRAGMA foreign_keys=ON")
+        # A job failed by its upstream's failure fails its own dependents through the
+        # same trigger (jobserver.store.triggers): a trigger firing itself.
+        cursor.execute("PRAGMA recursive_triggers=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -12,6 +12,7 @@ from jobserver.exceptions import Conflict, ConstraintViolation, IllegalTransitio
 from jobserver.spec import JobSpec, step_columns
 from jobserver.states import Operation, State
 from jobserver.store import WAKE_CHANNEL, Transactions, pgsubmit
+from jobserver.store.dependencies import NewJob, insert_linked, recount, upstreams_of
 from jobserver.store.engine import store_now
 from jobserver.store.records import EventRecord, JobRecord, StepRecord
 from jobserver.store.tables import AuditEvent, events, jobs, record_events, steps
@@ -43,14 +44,23 @@ class JobRepository:
         same key with a different request is a :class:`Conflict`.
         """
         try:
-            if self._tx.dialect == "postgresql":
+            if self._tx.dialect == "postgresql" and not spec.after:
                 return self._submit_in_one_statement(spec, dependencies, idempotency_key,
                                                      request_hash)
             with self._tx.write() as conn:
                 existing = self._by_idempotency_key(conn, idempotency_key, request_hash)
                 if existing is not None:
                     return self._get(conn, existing), False
-                job = self._insert(conn, spec, dependencies, idempotency_key, request_hash)
+                if spec.after:
+                    values, step_rows = _insert_values(spec, dependencies, idempotency_key,
+                                                       request_hash)
+                    [job_id] = insert_linked(conn, [NewJob(values, step_rows, spec.after,
+                                                           "after")])
+                    assert job_id is not None  # no conflicts skipped: a taken key raises
+                    job = self._get(conn, job_id)
+                else:
+                    job = self._insert(conn, spec, dependencies, idempotency_key,
+                                       request_hash)
                 self._tx.notify(conn)
                 return job, True
         except ConstraintViolation:
@@ -91,11 +101,48 @@ class JobRepository:
             return {}
         if conn is not None:
             return self._submit_keyed(conn, items)
-        own = self._tx.statement() if self._tx.dialect == "postgresql" else self._tx.write()
+        linked = any(item.spec.after for item in items)
+        own = (self._tx.statement() if self._tx.dialect == "postgresql" and not linked
+               else self._tx.write())
         with own as conn:
             return self._submit_keyed(conn, items)
 
     def _submit_keyed(self, conn: Connection,
+                      items: builtins.list[KeyedSubmit]) -> dict[str, int]:
+        """Jobs without ``after`` by the set-based path; those with ``after`` by
+        :func:`~jobserver.store.dependencies.insert_linked`, which may name jobs this
+        transaction inserted before."""
+        plain = [item for item in items if not item.spec.after]
+        found = self._submit_plain(conn, plain) if plain else {}
+        if len(plain) < len(items):
+            found.update(self._submit_linked(conn, items))
+        return {item.key: found[item.key] for item in items}
+
+    def _submit_linked(self, conn: Connection,
+                       items: builtins.list[KeyedSubmit]) -> dict[str, int]:
+        linked = [(index, item) for index, item in enumerate(items) if item.spec.after]
+        found: dict[str, int] = dict(conn.execute(
+            select(jobs.c.idempotency_key, jobs.c.id)
+            .where(jobs.c.idempotency_key.in_([item.key for _i, item in linked]))).all())
+        new = list({item.key: (index, item) for index, item in linked
+                    if item.key not in found}.values())
+        if new:
+            built = [(_insert_values(item.spec, item.dependencies, item.key, item.digest),
+                      item, index) for index, item in new]
+            ids = insert_linked(conn, [NewJob(values, step_rows, item.spec.after,
+                                              f"items[{index}].after")
+                                       for (values, step_rows), item, index in built],
+                                skip_conflicts=True)
+            found.update((item.key, job_id) for (_i, item), job_id in zip(new, ids)
+                         if job_id is not None)
+            missing = [item.key for (_i, item), job_id in zip(new, ids) if job_id is None]
+            if missing:  # a concurrent submit of the same key won
+                found.update(conn.execute(select(jobs.c.idempotency_key, jobs.c.id)
+                                          .where(jobs.c.idempotency_key.in_(missing))).all())
+            self._tx.notify(conn)
+        return found
+
+    def _submit_plain(self, conn: Connection,
                       items: builtins.list[KeyedSubmit]) -> dict[str, int]:
         if self._tx.dialect != "postgresql":
             return self._submit_keyed_sqlite(conn, items)
@@ -184,7 +231,8 @@ class JobRepository:
         step_records = [StepRecord.from_row(s) for s in step_rows]
         done = sum(1 for s in step_records if s.state is State.SUCCEED)
         return JobRecord.from_row(row, steps=step_records if with_steps else None,
-                                  steps_done=done, steps_total=len(step_records))
+                                  steps_done=done, steps_total=len(step_records),
+                                  after=upstreams_of(conn, [job_id]).get(job_id, []))
 
     def list(self, state: State | None = None, name: str | None = None, limit: int = 50,
              before_id: int | None = None) -> tuple[list[JobRecord], int | None]:
@@ -244,6 +292,8 @@ class JobRepository:
             current = State(current)
             if current not in operation.accepted_from:
                 raise IllegalTransition(current.value, operation.target.value)
+            if operation in (Operation.RESUME, Operation.RERUN):
+                recount(conn, job_id)
             conn.execute(update(jobs).where(jobs.c.id == job_id)
                          .values(**_job_values(operation)))
             changed = _reset_steps(conn, job_id, operation)

@@ -8,8 +8,10 @@ from typing import Any
 
 from sqlalchemy import (DDL, JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index,
                         Integer, MetaData, String, Text, TypeDecorator, UniqueConstraint, event,
-                        text)
+                        false, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from jobserver.store import triggers
 
 # A BIGINT primary key autoincrements on PostgreSQL; SQLite only does so for INTEGER.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -87,6 +89,13 @@ class JobRow(Base):
     # The datasets the job consumes (JobSpec.inputs as JSON; NULL: none). Last, as
     # migration 0007 added it: the claim returns the columns in this order.
     inputs: Mapped[list | None] = mapped_column(JSON)
+    # How many of the job's upstreams (``job_dependencies``) are not yet final for its
+    # purpose; a claim takes only jobs at 0. Kept by the trigger of
+    # ``jobserver.store.triggers`` on the upstreams' state writes. Added by 0008, as is
+    # ``has_dependents``: whether any job waits for this one (the trigger's filter).
+    waiting_on: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    has_dependents: Mapped[bool] = mapped_column(Boolean, default=False,
+                                                 server_default=false())
 
     __table_args__ = (
         Index("ix_jobs_state_id", "state", "id"),
@@ -103,8 +112,38 @@ class JobRow(Base):
 # as two indexes, PostgreSQL underestimated READY-and-unassigned rows (it multiplies
 # the two fractions) and sorted the whole READY backlog on every claim (migration
 # 0004). A partial index would be smaller, but SQLite only uses one when the query
-# spells the same literal predicate.
-Index("ix_jobs_queue", JobRow.state, JobRow.node, JobRow.priority.desc(), JobRow.id)
+# spells the same literal predicate. ``waiting_on`` (0008) comes before the order
+# columns: a claim reads ``waiting_on = 0``, so jobs waiting for upstreams sit in
+# another part of the index and the claim's range scan never passes over them.
+Index("ix_jobs_queue", JobRow.state, JobRow.node, JobRow.waiting_on, JobRow.priority.desc(),
+      JobRow.id)
+
+
+class JobDependencyRow(Base):
+    """One edge of the job graph: ``job_id`` waits for ``upstream_id`` to be done
+    (``awaits`` = ``done``) or to succeed (``succeeded``). An upstream always existed
+    before its dependent, so the graph has no cycles."""
+
+    __tablename__ = "job_dependencies"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    upstream_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"),
+                                             primary_key=True)
+    awaits: Mapped[str] = mapped_column(String(16))
+
+    # The trigger finds an upstream's dependents by this index.
+    __table_args__ = (Index("ix_job_dependencies_upstream_id", "upstream_id"),)
+
+
+def _create_triggers(dialect: str) -> None:
+    for statement in triggers.create(dialect):
+        event.listen(JobDependencyRow.__table__, "after_create",
+                     DDL(statement.replace("%", "%%")).execute_if(dialect=dialect))
+
+
+_create_triggers("postgresql")
+_create_triggers("sqlite")
 
 
 class StepRow(Base):

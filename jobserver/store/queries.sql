@@ -23,15 +23,16 @@
 --   leader's fence.
 -- The engine plans every run with its parameters known (plan_cache_mode =
 -- force_custom_plan), so the branch not taken and a NULL filter fold away and the
--- candidates are a range scan of ix_jobs_queue in its own order (``node`` is
--- constant there), limited once in a materialized CTE and locked with SKIP LOCKED
+-- candidates are a range scan of ix_jobs_queue in its own order (``node`` and
+-- ``waiting_on`` are constant there: jobs waiting for upstreams are never read),
+-- limited once in a materialized CTE and locked with SKIP LOCKED
 -- so that concurrent claimers never wait on each other.
 --
 -- Every CTE sees the steps as they were before ``started`` changed them (one
 -- snapshot), hence the overrides from ``started`` in the select list.
 WITH candidates AS MATERIALIZED (
   SELECT id FROM jobs
-  WHERE state = 'READY'
+  WHERE state = 'READY' AND waiting_on = 0
     AND ((CAST(%(assigned)s AS boolean) AND node = %(node)s)
          OR (NOT CAST(%(assigned)s AS boolean) AND node IS NULL
              AND (not_before IS NULL OR not_before <= clock_timestamp())
@@ -39,7 +40,7 @@ WITH candidates AS MATERIALIZED (
              AND (CAST(%(job_ids)s AS bigint[]) IS NULL
                   OR id = ANY(CAST(%(job_ids)s AS bigint[])))
              AND (NOT CAST(%(keyless)s AS boolean) OR lock_key IS NULL)))
-  ORDER BY node, priority DESC, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+  ORDER BY node, waiting_on, priority DESC, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ), claimed AS (
   UPDATE jobs SET state = 'RUNNING', node = %(node)s,
          fence = COALESCE(CAST(%(fence)s AS bigint), jobs.fence),
@@ -78,7 +79,8 @@ SELECT claimed.id, claimed.name, claimed.state, claimed.priority, claimed.lock_k
   claimed.assigned_servers, claimed.params, claimed.parallelism, claimed.not_before,
   claimed.idempotency_key, claimed.request_hash, claimed.node, claimed.fence,
   claimed.attempt, claimed.error, claimed.created_at, claimed.updated_at,
-  claimed.started_at, claimed.finished_at, claimed.inputs,
+  claimed.started_at, claimed.finished_at, claimed.inputs, claimed.waiting_on,
+  claimed.has_dependents,
   s.id, s.job_id, s.position, s.name, s.type, s.spec, s.depends_on, s.retries,
   s.retry_backoff, s.retryable,
   CASE WHEN started.id IS NULL THEN s.state ELSE 'RUNNING' END,
@@ -278,7 +280,7 @@ WITH job AS (
 SELECT job.id, job.name, job.state, job.priority, job.lock_key, job.assigned_servers,
   job.params, job.parallelism, job.not_before, job.idempotency_key, job.request_hash,
   job.node, job.fence, job.attempt, job.error, job.created_at, job.updated_at,
-  job.started_at, job.finished_at, job.inputs,
+  job.started_at, job.finished_at, job.inputs, job.waiting_on, job.has_dependents,
   (SELECT json_agg(step ORDER BY step.position) FROM step) AS step_rows,
   CASE WHEN CAST(%(channel)s AS text) IS NOT NULL
        THEN pg_notify(%(channel)s, '') IS NULL END AS woken

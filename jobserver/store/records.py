@@ -105,6 +105,22 @@ def first_runnable(steps: Sequence[StepRecord]) -> StepRecord | None:
     return next(iter(runnable_steps(ready, done)), None)
 
 
+@dataclass(frozen=True)
+class Upstream:
+    """A job another waits for (``JobSpec.after``): its id, what the dependent waits
+    for (``done`` or ``succeeded``) and the upstream's state now."""
+
+    job: int
+    when: str
+    state: State
+
+    @property
+    def met(self) -> bool:
+        """Whether this upstream no longer holds its dependent back."""
+        return self.state is State.SUCCEED or (
+            self.when == "done" and self.state in (State.ERROR, State.DISCARDED))
+
+
 @dataclass
 class JobRecord:
     id: int
@@ -126,6 +142,11 @@ class JobRecord:
     finished_at: datetime | None
     # The datasets the job consumes: JobSpec.inputs as JSON, None for none.
     inputs: list[dict[str, Any]] | None = None
+    # How many upstreams (``after``) are not yet final for their ``when``: a job is
+    # claimable only at 0.
+    waiting_on: int = 0
+    # The upstreams with their current states; None where not read (job lists).
+    after: list[Upstream] | None = None
     steps_done: int = 0
     steps_total: int = 0
     steps: list[StepRecord] | None = None

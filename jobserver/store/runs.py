@@ -61,8 +61,10 @@ def open_claim_params(node: str, lease: LeaseRef, limit: int,
 
 
 def _waiting() -> ColumnElement[bool]:
-    """READY, unassigned and due: a job no node holds or has been given."""
+    """READY, unassigned, due and not waiting for upstream jobs: a job no node holds
+    or has been given, which may start now."""
     return and_(jobs.c.state == State.READY.value, jobs.c.node.is_(None),
+                jobs.c.waiting_on == 0,
                 or_(jobs.c.not_before.is_(None), jobs.c.not_before <= store_now()))
 
 
@@ -76,8 +78,10 @@ def claimable(node: str) -> ColumnElement[bool]:
 
 
 def _in_claim_order(query: Select[Any], limit: int) -> Select[Any]:
-    # ix_jobs_queue's order, ``node`` first (constant within a claim; see the index).
-    return query.order_by(jobs.c.node, jobs.c.priority.desc(), jobs.c.id).limit(limit)
+    # ix_jobs_queue's order, ``node`` and ``waiting_on`` first (constant within a
+    # claim; see the index).
+    return query.order_by(jobs.c.node, jobs.c.waiting_on, jobs.c.priority.desc(),
+                          jobs.c.id).limit(limit)
 
 
 def ready_candidates(node: str, limit: int, job_ids: list[int] | None = None,
@@ -127,7 +131,8 @@ class RunRepository:
             for node, job_ids in assignments.items():
                 assigned += conn.execute(update(jobs).where(
                     jobs.c.id.in_(job_ids), jobs.c.state == State.READY.value,
-                    jobs.c.node.is_(None), is_current(lease.key, lease.fence))
+                    jobs.c.node.is_(None), jobs.c.waiting_on == 0,
+                    is_current(lease.key, lease.fence))
                     .values(node=node, fence=lease.fence, updated_at=store_now())).rowcount
             if assigned:
                 self._tx.notify(conn)
@@ -138,7 +143,8 @@ class RunRepository:
         if self._tx.dialect == "postgresql":
             return self._claim_postgresql(pgclaim.params(ClaimKind.ASSIGNED, node, limit))
         candidates = _in_claim_order(select(jobs.c.id).where(
-            jobs.c.state == State.READY.value, jobs.c.node == node), limit)
+            jobs.c.state == State.READY.value, jobs.c.node == node, jobs.c.waiting_on == 0),
+            limit)
         return self._start(update(jobs).where(
             jobs.c.id.in_(candidates), jobs.c.state == State.READY.value, jobs.c.node == node)
             .values(state=State.RUNNING.value, attempt=jobs.c.attempt + 1, error=None,

@@ -8,8 +8,8 @@ from typing import NamedTuple, cast
 from sqlalchemy import Connection, Table
 
 from jobserver.states import State, check_transition
-from jobserver.store.models import (ApiTokenRow, FeedCursorRow, JobEventRow, JobRow,
-                                    LockEpochRow, ServerRow, StepRow)
+from jobserver.store.models import (ApiTokenRow, FeedCursorRow, JobDependencyRow, JobEventRow,
+                                    JobRow, LockEpochRow, ServerRow, StepRow)
 from jobserver.store.queries import query
 from jobserver.store.records import ClaimToken
 
@@ -21,6 +21,7 @@ servers = cast(Table, ServerRow.__table__)
 epochs = cast(Table, LockEpochRow.__table__)
 api_tokens = cast(Table, ApiTokenRow.__table__)
 feed_cursors = cast(Table, FeedCursorRow.__table__)
+job_dependencies = cast(Table, JobDependencyRow.__table__)
 
 
 class AuditEvent(NamedTuple):

@@ -68,11 +68,9 @@ Values = tuple[str | None, ...]
 
 @dataclass(frozen=True, slots=True)
 class ViewAddress:
-    """One view partition: a view and its parameter values, in the view's order.
-
-    ``values`` are text whatever their typed form in the pattern (``None`` for
-    ``null()``); matching them to the view's typed parameters is the planner's job.
-    """
+    """One view partition: a view and its parameter values, in the view's order, as
+    text whatever their typed form in the pattern (``None`` for ``null()``); matching
+    them to the view's typed parameters is the planner's job."""
 
     package: str
     view: str
@@ -108,8 +106,7 @@ def parse_pattern(pattern: str, limit: int = MAX_ADDRESSES) -> list[ViewAddress]
     choices = [_parameter(segment) for segment in segments[2:]]
     _check_limit(len(views), segments[2:], choices, limit)
     rows = list(product(*(list(chain.from_iterable(parts)) for parts in choices)))
-    return [ViewAddress(package, view, tuple(chain.from_iterable(row)))
-            for view in views for row in rows]
+    return [ViewAddress(package, view, sum(row, ())) for view in views for row in rows]
 
 
 def _quote(value: str | None) -> str:
@@ -123,9 +120,8 @@ def _quote(value: str | None) -> str:
 
 @dataclass(frozen=True)
 class _Segment:
-    """One slash-separated segment: as written and URL-decoded. ``origins[i]`` is the
-    offset in the pattern of ``text[i]``, plus one entry for the segment's end, so an
-    error in the decoded text points at what the user typed."""
+    """A segment as written and URL-decoded; ``origins[i]`` is the offset in the pattern
+    of ``text[i]`` (one more for the end), so errors point at what the user typed."""
 
     raw: str
     text: str
@@ -259,8 +255,8 @@ class _Days(_Range):
 
     def __iter__(self) -> Iterator[Values]:
         for n in range(self.first, self.last + 1):
-            day = date.fromordinal(n)
-            yield f"{day.year:04d}", f"{day.month:02d}", f"{day.day:02d}"
+            day = date.fromordinal(n).isoformat()  # yyyy-MM-dd, the fastest way there
+            yield day[:4], day[5:7], day[8:]
 
 
 #: What one value stands for: its parameter tuples, listed, or a range, counted unbuilt.
@@ -349,7 +345,7 @@ class _Parser:
         return "".join(chars)
 
     def typed(self, name: str, start: int, end: int) -> _Part:
-        """The value of ``name(text[start:end])`` for a function other than ``e``."""
+        """``name(text[start:end])`` for a function other than ``e``."""
         start, end = self.strip(start, end)
         argument = self.text[start:end]
         if name == "null":
@@ -362,7 +358,7 @@ class _Parser:
             return self.integer(name, start, argument)
         if name in ("f", "d") and _DECIMAL.fullmatch(argument):
             if math.isinf(float(argument)):
-                raise _invalid(self.segment, start, f"expected {_FORMS[name]}, finite")
+                raise _invalid(self.segment, start, f"expected a finite {_FORMS[name]}")
             return [(repr(float(argument)),)]
         if name in ("ym", "ymd", "rym", "rymd"):
             return self.dates(name, start, argument)

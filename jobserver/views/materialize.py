@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from jobserver.exceptions import Conflict, InvalidRequest
-from jobserver.spec import JobSpec, Policy, validate_job
+from jobserver.spec import AfterSpec, JobSpec, Policy, validate_job
 from jobserver.store import Store
 from jobserver.store.jobs import KeyedSubmit
 from jobserver.views import plan_side
@@ -68,8 +68,8 @@ class Materializer:
                  data_time: Callable[[Mapping[str, Any]], Callable[[ViewAddress],
                                                                     datetime | None]]
                  | None = None,
-                 render: Callable[[Any, ViewAddress], JobSpec] = plan_side.render_job,
-                 parse: Callable[[dict[str, Any]], Any] = plan_side.parse_view) -> None:
+                 render: Callable[..., JobSpec] = plan_side.render_job,
+                 parse: Callable[[dict[str, Any]], Any] = plan_side.load_view) -> None:
         self._store = store
         self._render = render
         self._parse = parse
@@ -139,7 +139,8 @@ class Materializer:
             items: dict[ViewAddress, KeyedSubmit] = {}
             for decision in wave:
                 upstream = [made.get(a) or jobs.get(a) for a in decision.upstream]
-                spec = with_after(self.rendered(views, decision.address),
+                spec = with_after(self.rendered(views, decision.address,
+                                                decision.version_checksum),
                                   [job for job in upstream if job is not None])
                 row = stored.get(decision.address)
                 items[decision.address] = KeyedSubmit(
@@ -149,25 +150,23 @@ class Materializer:
             made.update((address, ids[item.key]) for address, item in items.items())
         return made
 
-
-
-    def rendered(self, views: Mapping[str, Any], address: ViewAddress) -> JobSpec:
+    def rendered(self, views: Mapping[str, Any], address: ViewAddress,
+                 version_checksum: str | None = None) -> JobSpec:
+        """The job of ``address`` from its view's current definition; it records
+        ``version_checksum`` (default: the definition's) as the version it runs."""
         spec = views.get(address.name)
         if spec is None:
             raise InvalidRequest(f"view {address.name} is not defined", [
                 {"field": "pattern", "message": f"unknown view {address.name}"}])
-        return self._render(spec, address)
+        return self._render(spec, address, version_checksum)
 
 
 def with_after(spec: JobSpec, upstream: list[int]) -> JobSpec:
     """The job waiting for ``upstream`` jobs to be done (SUCCEED, or ERROR after their
-    retries, or DISCARDED): a failed dependency does not stop its dependents."""
+    retries, or DISCARDED): a failed dependency does not stop its dependents, which
+    then run on incomplete data, as in Schedoscope."""
     if not upstream:
         return spec
-    if "after" not in type(spec).model_fields:  # the engine without job dependencies
-        return spec
-    from jobserver.spec import AfterSpec  # type: ignore[attr-defined]
-
     links = [AfterSpec(job=job, when="done") for job in sorted(set(upstream))]
     return spec.model_copy(update={"after": links})
 

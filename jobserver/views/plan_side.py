@@ -12,27 +12,37 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from jobserver.spec import JobSpec
+from jobserver.spec import JobSpec, Policy
 from jobserver.views.model import Decision, Mode, StoredPartition, ViewAddress
 
 
 def parse_pattern(pattern: str) -> list[ViewAddress]:
     from jobserver.views.patterns import parse_pattern as parse
 
-    # The parser's addresses are its own class: the store keys on the vocabulary's.
-    return [ViewAddress(a.package, a.view, tuple(a.values)) for a in parse(pattern)]
+    return parse(pattern)
 
 
-def parse_view(body: Any) -> Any:
+def parse_view(body: Any, policy: Policy | None = None) -> Any:
+    """A definition as submitted: with ``policy``, its job template is checked as a
+    submitted job would be (registered callables, allowed executables)."""
     from jobserver.views.spec import parse_view as parse
 
-    return parse(body)
+    return parse(body, policy)
 
 
-def validate_views(specs: Iterable[Any]) -> None:
+def load_view(stored: Mapping[str, Any]) -> Any:
+    """A definition as stored (accepted once already), read back without a policy."""
+    from jobserver.views.spec import load_view as load
+
+    return load(stored)
+
+
+def validate_views(specs: Iterable[Any]) -> list[str]:
+    """The names dependencies first; :class:`InvalidRequest` listing every problem of
+    the set (unknown dependency views, wrong mappings, cycles)."""
     from jobserver.views.spec import validate_views as validate
 
-    validate(list(specs))
+    return validate(list(specs))
 
 
 def checksums(spec: Any) -> tuple[str, str]:
@@ -57,10 +67,12 @@ def plan(lattice: Any, views: Mapping[str, Any], stored: Mapping[ViewAddress, St
     return decide(lattice, views, stored, mode, now, data_time)
 
 
-def render_job(spec: Any, address: ViewAddress) -> JobSpec:
+def render_job(spec: Any, address: ViewAddress, version_checksum: str | None = None) -> JobSpec:
+    """The job of one partition; ``version_checksum``: the one planned (computed once
+    per view by the planner), recorded in the job's params as the version it runs."""
     from jobserver.views.templates import render_job as render
 
-    return render(spec, address)
+    return render(spec, address, version_checksum=version_checksum)
 
 
 def spec_json(spec: Any) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """views: view definitions, view partitions and their state changes
 
 Revision ID: 0009
-Revises: 0007 (becomes 0008 once the engine's `after` migration lands)
+Revises: 0008
 Create Date: 2027-01-10
 
 ``view_partitions`` holds each view partition's state, the version checksum and
@@ -18,7 +18,7 @@ from alembic import op
 from jobserver.store.models import BigId, UTCDateTime, txid_default
 
 revision = "0009"
-down_revision = "0007"  # "0008" once the engine's `after` migration is merged
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

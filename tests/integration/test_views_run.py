@@ -39,7 +39,7 @@ def _transform(ctx: Any, view: str = "", fail: bool = False) -> dict[str, Any]:
 PYTHON_STEPS.register("test.view_transform", _transform)
 
 
-def render(spec: Any, address: ViewAddress) -> JobSpec:
+def render(spec: Any, address: ViewAddress, version_checksum: str | None = None) -> JobSpec:
     """What the planning side's render_job makes: the template, params filled."""
     return parse_job(JobSpec(name=f"view {address.path}", steps=[{  # type: ignore[list-item]
         "name": "t", "type": "python", "callable": "test.view_transform",

@@ -89,6 +89,12 @@ class Materializer:
             found[definition.name] = self._specs[cache_key]
         return found
 
+    def addresses(self, pattern: str) -> list[ViewAddress]:
+        """The partitions ``pattern`` addresses, each checked against its view (422
+        naming a partition of an unknown view or with values that do not fit)."""
+        views = self.definitions()
+        return plan_side.instantiate(views, plan_side.parse_pattern(pattern), False).order
+
     def materialize(self, pattern: str, mode: Mode, plan_only: bool = False) -> Outcome:
         return self.run(plan_side.parse_pattern(pattern), mode, plan_only)
 

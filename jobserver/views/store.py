@@ -22,7 +22,7 @@ from sqlalchemy import ARRAY, Connection, String, and_, any_, bindparam, delete,
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from jobserver.exceptions import FencedOff, JobServerError
+from jobserver.exceptions import Conflict, FencedOff
 from jobserver.store import Transactions
 from jobserver.store.engine import store_now
 from jobserver.store.models import as_utc
@@ -34,8 +34,9 @@ from jobserver.views.tables import view_events, view_partitions, views
 SQLITE_CHUNK = 5000
 
 
-class CasConflict(JobServerError):
-    """A view partition changed since it was read: plan again."""
+class CasConflict(Conflict):
+    """A view partition changed since it was read: plan again (a 409 if it reaches a
+    client)."""
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,8 @@ class JobRepository:
                                 rows).all()
         record_events(conn, [AuditEvent(job_row.id, None, State.READY, message="submitted")])
         records = [StepRecord.from_row(row._mapping) for row in inserted]
-        return JobRecord.from_row(job_row._mapping, steps=records, steps_total=len(records))
+        return JobRecord.from_row(job_row._mapping, steps=records, steps_total=len(records),
+                                  after=[])
 
     # -- read -----------------------------------------------------------------------
     def get(self, job_id: int, with_steps: bool = True) -> JobRecord:

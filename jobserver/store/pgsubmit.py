@@ -48,7 +48,8 @@ def submit(conn: Connection, values: dict[str, Any], step_rows: list[dict[str, A
     for name in _TIMES:  # the session's time zone may not be UTC; the API speaks UTC
         job[name] = as_utc(job[name])
     steps = [step_from_json(item) for item in row[len(_JOB_NAMES)] or []]
-    return JobRecord.from_row(job, steps=steps, steps_total=len(steps))
+    # A job with upstreams takes another path (jobserver.store.dependencies).
+    return JobRecord.from_row(job, steps=steps, steps_total=len(steps), after=[])
 
 
 def submit_keyed(conn: Connection, rows: list[dict[str, Any]],

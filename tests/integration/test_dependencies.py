@@ -4,11 +4,14 @@ until its upstreams are final for its purpose, whichever write makes them so."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from jobserver.api import create_app
 from jobserver.cli import waits_for
+from jobserver.config import load_config
 from jobserver.exceptions import Conflict, InvalidRequest
 from jobserver.spec import Policy, parse_job, validate_job
 from jobserver.states import Operation, State
@@ -18,6 +21,8 @@ from jobserver.store.records import Completion, StepOutcome
 from tests.helpers import FakeLease, job_spec
 
 POLICY = Policy(lambda name: False, None)
+TOKEN = "test-token-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def submit(store: Store, *after: tuple[int, str], **fields: Any) -> int:
@@ -172,3 +177,27 @@ def test_the_cli_says_what_a_job_waits_for() -> None:
         {"job": 42, "when": "succeeded", "state": "SUCCEED", "met": True}]}
     assert waits_for(job) == ("waits for: job 41 (done, RUNNING), "
                               "job 42 (succeeded, SUCCEED, met); 1 not yet met")
+
+
+def test_the_api_shows_what_a_job_waits_for(store: Store, tmp_path: Path) -> None:
+    environ = {"JOBSERVER_DATA_DIR": str(tmp_path / "data"), "JOBSERVER_API__TOKENS": TOKEN}
+    client = create_app(load_config(environ=environ), store=store).test_client()
+    upstream = submit(store)
+
+    def post(after: list[dict[str, Any]]) -> Any:
+        return client.post("/api/v1/jobs", data=json.dumps(job_spec(after=after)),
+                           content_type="application/json", headers=AUTH)
+
+    created = post([{"job": upstream}, {"job": upstream, "when": "succeeded"}])
+    assert created.status_code == 201, created.get_data(as_text=True)
+    shown = client.get(f"/api/v1/jobs/{created.get_json()['id']}", headers=AUTH).get_json()
+    assert shown["waiting_on"] == 1
+    assert shown["after"] == [{"job": upstream, "when": "succeeded", "state": "READY",
+                               "met": False}]
+    refused = post([{"job": upstream}, {"job": upstream + 99}])
+    assert refused.status_code == 422
+    assert refused.get_json()["error"]["details"] == [
+        {"field": "after[1].job", "message": f"job {upstream + 99} does not exist"}]
+    assert post([{"job": upstream, "when": "always"}]).status_code == 422
+    listed = client.get("/api/v1/jobs", headers=AUTH).get_json()["jobs"]
+    assert [job["waiting_on"] for job in listed] == [1, 0]

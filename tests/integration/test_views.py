@@ -417,3 +417,13 @@ def test_two_nodes_materializing_overlapping_patterns_make_one_job_per_partition
         assert w.state(WEEKLY).state is ViewState.MATERIALIZED
     finally:
         w.close()
+
+
+def test_the_metrics_count_view_partitions_by_state(world: World) -> None:
+    from jobserver.metrics import StoreCollector
+
+    world.materialize("t.stage/Clean/S1/2015/05/01")  # no data: two no-data partitions
+    [family] = [f for f in StoreCollector(world.store, 10.0).collect()
+                if f.name == "jobserver_view_partitions"]
+    values = {sample.labels["state"]: sample.value for sample in family.samples}
+    assert values["no-data"] == 2 and values["materialized"] == 0

@@ -4,7 +4,9 @@ The file holds YAML documents (separated by ``---``), each one resource with a
 ``kind``. ``kind: Schedule`` carries a schedule spec's fields at the top level
 (``namespace`` defaults to ``default``), optionally ``enabled: true|false`` (left out:
 a new schedule is disabled, an existing one keeps its flag); ``kind: Dataset`` a
-dataset's (``name``, ``namespace``, ``description``, ``key``). ``deleted: true``
+dataset's (``name``, ``namespace``, ``description``, ``key``); ``kind: View`` a view
+definition (``name: package/View``, see :mod:`jobserver.views.spec`; a view after the
+views it depends on). ``deleted: true``
 deletes the resource if it exists (every other field is then ignored; a dataset goes
 with its partitions).
 
@@ -34,6 +36,7 @@ from jobserver.schedules.spec import IDENT
 
 CREATED, UPDATED, UNCHANGED, DELETED = "created", "updated", "unchanged", "deleted"
 _NAME = re.compile(rf"^{IDENT}$")
+_VIEW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,1000}/[A-Za-z_][A-Za-z0-9_]{0,99}$")
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,38 @@ class ConsumerResource(PutResource):
         return f"/api/v1/{self.collection}/{self.name}"
 
 
+class ViewResource:
+    """A ``kind: View`` document (:mod:`jobserver.views.spec`): ``PUT
+    /api/v1/view-definitions/<package>/<View>`` with the document as the body. A view
+    must come after the views it depends on: the dry run accepts a dependency on a view
+    not stored yet, the apply in file order does not."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.body = {key: value for key, value in document.items()
+                     if key not in ("kind", "deleted")}
+        self.deleted = document.get("deleted", False)
+        if not isinstance(self.deleted, bool):
+            _refuse("deleted", "expected true or false")
+        name = self.body.get("name")
+        if not isinstance(name, str) or not _VIEW_NAME.match(name):
+            _refuse("name", "required: package/View, e.g. app.eci.datamart/SearchExport")
+        self.name = name
+        self.label = f"view {name}"
+
+    def apply(self, client: Client, dry_run: bool) -> Outcome:
+        path = f"/api/v1/view-definitions/{self.name}"
+        if self.deleted:
+            try:
+                client.request("GET" if dry_run else "DELETE", path)
+            except ApiError as exc:
+                if exc.status == 404:
+                    return Outcome(UNCHANGED, absent=True)
+                raise
+            return Outcome(DELETED)
+        reply = client.request("PUT", path, self.body, query={"dry_run": dry_run})
+        return Outcome(reply["change"], ("structure",) if reply["structure_changed"] else ())
+
+
 def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
     """A namespace or name, checked here: it becomes part of the URL."""
     value = body.get(field, default)
@@ -156,7 +191,8 @@ def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
 #: What each ``kind`` is applied as; later kinds (views, batches) add theirs.
 KINDS: dict[str, Callable[[dict[str, Any]], Resource]] = {"Schedule": ScheduleResource,
                                                           "Dataset": DatasetResource,
-                                                          "Consumer": ConsumerResource}
+                                                          "Consumer": ConsumerResource,
+                                                          "View": ViewResource}
 
 
 class Problem(NamedTuple):

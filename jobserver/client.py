@@ -126,6 +126,16 @@ class Client:
     def cluster(self) -> dict[str, Any]:
         return self.request("GET", "/api/v1/cluster")
 
+    def materialize(self, pattern: str, mode: str, plan: bool) -> dict[str, Any]:
+        return self.request("POST", "/api/v1/views/materialize",
+                            {"pattern": pattern, "mode": mode, "plan": plan})
+
+    def invalidate(self, pattern: str) -> dict[str, Any]:
+        return self.request("POST", "/api/v1/views/invalidate", {"pattern": pattern})
+
+    def views(self, **query: Any) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/views", query=query)
+
     def healthy(self) -> bool:
         try:
             self.request("GET", "/healthz")

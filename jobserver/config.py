@@ -243,6 +243,21 @@ class SchedulesConfig(_Section):
     lead_time: float = Field(default=10.0, ge=0, le=300)
 
 
+class ViewsConfig(_Section):
+    """Views (jobserver.views): the tracker of view jobs and the view listeners."""
+
+    enabled: bool = True
+    # How many times a failed transformation is submitted again (RETRYING) before the
+    # view partition is FAILED (Schedoscope's schedoscope.action.retry).
+    retries: int = Field(default=2, ge=0, le=100)
+    # The longest the tracker sleeps between looks at view jobs' events.
+    poll_interval: float = Field(default=1.0, gt=0, le=60)
+    # View scheduling listeners, "module:Class" (on_event(ViewSchedulingEvent)).
+    listeners: list[str] = Field(default_factory=list)
+    # Restarts of a failing listener before it is disabled (-1: no limit).
+    listener_max_retries: int = Field(default=-1, ge=-1)
+
+
 class Config(_Section):
     data_dir: Path = Path(".jobserver")
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
@@ -255,6 +270,7 @@ class Config(_Section):
     schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
     connections: dict[Annotated[str, StringConstraints(pattern=CONNECTION_NAME)],
                       ConnectionConfig] = Field(default_factory=dict, max_length=100)
+    views: ViewsConfig = Field(default_factory=ViewsConfig)
 
     @property
     def database_url(self) -> str:

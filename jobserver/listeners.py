@@ -41,7 +41,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from jobserver.config import Config
@@ -178,14 +178,21 @@ class ListenerWorker(Loop):
     thread_prefix = "listener:"
 
     def __init__(self, name: str, factory: Callable[[], Any], max_retries: int = -1,
-                 queue_size: int = 10000, metrics: Any = None) -> None:
+                 queue_size: int = 10000, metrics: Any = None,
+                 key: Callable[[Any], Hashable] = lambda event: event.job_id,
+                 fields: Callable[[Any], dict[str, Any]] = event_fields) -> None:
+        """``key`` names what an event is about (a job; a view partition for the view
+        listeners): a retry resends the last event of each; ``fields`` gives a log
+        line's ``extra=``."""
         super().__init__(name, required=False)
+        self._key = key
+        self._fields = fields
         self._factory = factory
         self.max_retries = max_retries
         self._queue: deque[StateChange] = deque()
         self._queue_size = queue_size
         self._cond = threading.Condition()
-        self._last: OrderedDict[int, StateChange] = OrderedDict()
+        self._last: OrderedDict[Hashable, StateChange] = OrderedDict()
         self._instance: Any = None
         self._metrics = metrics or _NoMetrics()
         self._drain_until = float("inf")
@@ -245,8 +252,9 @@ class ListenerWorker(Loop):
         self._close_instance()
 
     def _remember(self, event: StateChange) -> None:
-        self._last[event.job_id] = event
-        self._last.move_to_end(event.job_id)
+        key = self._key(event)
+        self._last[key] = event
+        self._last.move_to_end(key)
         while len(self._last) > LAST_EVENTS_KEPT:
             self._last.popitem(last=False)
 
@@ -278,7 +286,7 @@ class ListenerWorker(Loop):
         self._metrics.listener_restarts.labels(self.name).inc()
         log.warning("listener %s raised %s: %s; restarting it (restart %d), %s", self.name,
                     type(exc).__name__, exc, self.restarts, consequence,
-                    exc_info=exc, extra=event_fields(event))
+                    exc_info=exc, extra=self._fields(event))
         delay = min(RESTART_BACKOFF * 2 ** (self._consecutive - 1), RESTART_BACKOFF_MAX)
         if self.stopping.wait(delay) and time.monotonic() > self._drain_until:
             return False

@@ -269,6 +269,21 @@ class StoreCollector:
         yield alive
         yield dead
         yield from self._consumers()
+        yield self._views()
+
+    def _views(self) -> Metric:
+        """View partitions per scheduling state (every state, 0 included)."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        from jobserver.views.model import ViewState
+
+        gauge = GaugeMetricFamily("jobserver_view_partitions",
+                                  "View partitions in the store by scheduling state",
+                                  labels=("state",))
+        counts = self._store.views.counts_by_state()
+        for state in ViewState:
+            gauge.add_metric((state.value,), counts.get(state.value, 0))
+        return gauge
 
     def _consumers(self) -> Iterator[Metric]:
         """Cluster-wide consumer figures, one series per dataset and consumer."""

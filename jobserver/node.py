@@ -33,6 +33,9 @@ from jobserver.planner import PlannerSeat
 from jobserver.runner import Runner
 from jobserver.datasets.feed import NewPartitions
 from jobserver.schedules.evaluator import ScheduleEvaluator
+from jobserver.views.listeners import ViewListeners
+from jobserver.views.materialize import Materializer
+from jobserver.views.tracker import ViewTracker
 from jobserver.spec import Policy
 from jobserver.states import StopReason
 from jobserver.steps import step_types
@@ -130,7 +133,9 @@ class Node:
                                     locks=self.locks, runner=self.runner,
                                     presence=lambda: self._presence)
         self.scheduler: Scheduler = create_scheduler(self.ctx)
+        self._seat = PlannerSeat(self.scheduler, self.locks, self.ctx.stopping)
         self.schedules = self._schedule_evaluator()
+        self.view_listeners, self.views = self._view_tracker()
         self._presence: Lease | None = None
         self._heartbeat = Periodic("heartbeat", config.server.heartbeat_interval,
                                    self.heartbeat)
@@ -153,15 +158,28 @@ class Node:
         seat; it stops with claiming, at the start of a drain."""
         if not self.config.schedules.enabled:
             return None
-        seat = PlannerSeat(self.scheduler, self.locks, self.ctx.stopping)
-        policy = Policy(self.python_steps.is_registered,
-                        self.config.steps.shell.allowed_executables,
-                        connections=self.config.connections)
-        evaluator = ScheduleEvaluator(self.store, seat, self.config.schedules, policy,
-                                      self.metrics.schedules, stopping=self.ctx.stopping,
+        evaluator = ScheduleEvaluator(self.store, self._seat, self.config.schedules,
+                                      self._policy(), self.metrics.schedules,
+                                      stopping=self.ctx.stopping,
                                       release=self._release_launched)
         evaluator.partition_feeds.append(NewPartitions(self.store))
         return evaluator
+
+    def _policy(self) -> Policy:
+        return Policy(self.python_steps.is_registered,
+                      self.config.steps.shell.allowed_executables,
+                      connections=self.config.connections)
+
+    def _view_tracker(self) -> tuple[ViewListeners | None, ViewTracker | None]:
+        """The tracker of view jobs and the view listeners it feeds, which act only
+        while this node holds the planner seat (shared with the schedule evaluator)."""
+        if not self.config.views.enabled:
+            return None, None
+        listeners = ViewListeners.from_config(self.config, self.metrics)
+        tracker = ViewTracker(self.store, self._seat, self.config.views,
+                              Materializer(self.store, self._policy()),
+                              publish=listeners.publish, stopping=self.ctx.stopping)
+        return listeners, tracker
 
     def _release_launched(self) -> None:
         """Jobs launched ahead of their fire time may start now: claim them at once
@@ -204,6 +222,9 @@ class Node:
         self._scheduling.start()
         if self.schedules is not None:
             self.schedules.start()
+        if self.views is not None and self.view_listeners is not None:
+            self.view_listeners.start()
+            self.views.start()
         self.supervisor.watch(*self.loops())
         log.info("node %s started in %s mode with %s lock backend", self.id,
                  self.config.scheduler.mode.value, self.config.lock.backend)
@@ -211,9 +232,10 @@ class Node:
     def loops(self) -> list[Loop]:
         """Every background loop of this node and of its parts."""
         wake = [self._listener] if self._listener is not None else []
-        planners = [self.schedules] if self.schedules is not None else []
+        planners = [loop for loop in (self.schedules, self.views) if loop is not None]
+        view_listeners = self.view_listeners.loops() if self.view_listeners else []
         return [self._heartbeat, self._scheduling, *wake, *planners, *self.runner.loops(),
-                *self.locks.loops(), *self.listeners.loops()]
+                *self.locks.loops(), *self.listeners.loops(), *view_listeners]
 
     @property
     def failure(self) -> LoopDeath | None:
@@ -302,8 +324,9 @@ class Node:
         (the scheduler loop releases them as it ends); running jobs go on."""
         self.ctx.stopping.set()
         self.ctx.wake.set()
-        if self.schedules is not None:
-            self.schedules.stop()
+        for planner in (self.schedules, self.views):
+            if planner is not None:
+                planner.stop()
         if self._drain_advertised:
             return
         self._drain_advertised = True
@@ -338,7 +361,7 @@ class Node:
         self._closed.set()
         # A thread waiting on an unreachable lock service would hold the stop up.
         self.locks.abort_waits()
-        for loop in (self._heartbeat, self._scheduling, self.schedules):
+        for loop in (self._heartbeat, self._scheduling, self.schedules, self.views):
             if loop is not None:
                 loop.stop()
                 loop.join(5)
@@ -346,6 +369,8 @@ class Node:
             self._listener.stop()
         self.runner.shutdown()
         self.listeners.stop()
+        if self.view_listeners is not None:
+            self.view_listeners.stop()
         self._close()
         return drained
 

@@ -28,6 +28,8 @@ class PlannerSeat:
         self._locks = locks
         self._stopping = stopping
         self._own: Lease | None = None  # distributed mode: the planner lock held here
+        # Several planner loops (schedules, views) share one seat: one takes the lock.
+        self._taking = threading.Lock()
 
     def lease(self, wait: float) -> Lease | None:
         """The lease to plan under now, or None after waiting up to ``wait`` seconds
@@ -38,6 +40,10 @@ class PlannerSeat:
                 self._stopping.wait(wait)
                 return None
             return lease
+        with self._taking:
+            return self._take(wait)
+
+    def _take(self, wait: float) -> Lease | None:
         if self._own is not None and self._own.is_valid():
             return self._own
         self.release()

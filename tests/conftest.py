@@ -19,6 +19,7 @@ from jobserver.datasets.tables import datasets, partitions
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
 from jobserver.store.tables import (api_tokens, epochs, events, feed_cursors, jobs, servers,
                                    steps)
+from jobserver.views.tables import view_events, view_partitions, views
 
 # A plain postgresql:// URL: the store uses the driver a user's would (psycopg 3).
 PG_ADMIN_URL = os.environ.get("JOBSERVER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -86,12 +87,13 @@ def _empty(store: Store) -> None:
         if store.dialect == "postgresql":
             conn.exec_driver_sql("TRUNCATE jobs, steps, job_events, servers, lock_epochs, "
                                  "api_tokens, feed_cursors, schedules, schedule_jobs, "
-                                 "schedule_evaluations, schedule_watches, datasets, partitions "
+                                 "schedule_evaluations, schedule_watches, datasets, partitions, "
+                                 "views, view_partitions, view_events "
                                  "RESTART IDENTITY CASCADE")
         else:
             for table in (events, steps, jobs, servers, epochs, api_tokens, feed_cursors,
                           watches, evaluations, schedule_jobs, schedules, partitions,
-                          datasets):
+                          datasets, view_events, view_partitions, views):
                 conn.execute(table.delete())
 
 

@@ -105,8 +105,9 @@ def create_app(config: Config | None = None, store: Store | None = None,
     from jobserver.api import cluster, health, jobs, metrics, openapi
     from jobserver.datasets import api as datasets
     from jobserver.schedules import api as schedules
+    from jobserver.views import api as views
 
-    for module in (health, jobs, schedules, datasets, cluster, openapi, metrics):
+    for module in (health, jobs, schedules, datasets, views, cluster, openapi, metrics):
         app.register_blueprint(module.blueprint)
     app.before_request(_start_timer)
     app.before_request(_authenticate)

@@ -56,6 +56,16 @@ ENDPOINT_SCOPES: dict[str, str] = {
     "datasets.put_consumer": SUBMIT,
     "datasets.delete_consumer": OPERATE,
     "datasets.reset_failed": OPERATE,
+    "views.list_view_definitions": READ,
+    "views.get_view_definition": READ,
+    "views.list_views": READ,
+    # Saving a definition submits its job template (shell steps need 'shell' too);
+    # materializing submits the templates' jobs.
+    "views.put_view_definition": SUBMIT,
+    "views.materialize": SUBMIT,
+    "views.materialize_path": SUBMIT,
+    "views.delete_view_definition": OPERATE,
+    "views.invalidate": OPERATE,
     "cluster.cluster": READ,
     "metrics.metrics": READ,
     "openapi.openapi_json": READ,

@@ -253,20 +253,24 @@ def document() -> dict[str, Any]:
     from jobserver.datasets.spec import DatasetSpec
     from jobserver.schedules import openapi as schedules
     from jobserver.schedules.spec import ScheduleSpec
+    from jobserver.views import openapi as views
+    from jobserver.views.spec import ViewSpec
 
     _, schemas = models_json_schema([(JobSpec, "validation"), (ScheduleSpec, "validation"),
                                      (DatasetSpec, "validation"),
-                                     (ConsumerSpec, "validation")], ref_template=REF)
+                                     (ConsumerSpec, "validation"), (ViewSpec, "validation")],
+                                    ref_template=REF)
     components = dict(schemas.get("$defs", {}))
     components.update(Step=STEP, Job=JOB, Event=EVENT, Node=NODE, Error=ERROR)
     components.update(schedules.schemas(components))
     components.update(datasets.schemas(components))
     components.update(consumers.schemas(components))
+    components.update(views.schemas(components))
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobserver", "version": __version__},
         "paths": {**_paths(), **schedules.paths(), **datasets.paths(),
-                  **consumers.paths()},
+                  **consumers.paths(), **views.paths()},
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (
                 "A token from api.tokens (every scope) or from `jobserver token create` "
@@ -275,7 +279,8 @@ def document() -> dict[str, Any]:
                 "templates with shell steps, with submit), sql (likewise for sql steps), "
                 "operate (pause, resume, rerun, "
                 "discard; enabling, disabling and deleting schedules; deleting datasets "
-                "and partitions), admin.")}}},
+                "and partitions; deleting view definitions, invalidating views), admin. "
+                "Saving view definitions and materializing need submit.")}}},
         "security": [{"bearer": []}],
     }
 

@@ -5,7 +5,7 @@ the API does), ``runs`` (what schedulers and runners do), ``servers`` (nodes and
 heartbeats), ``epochs`` (fence counters for lock backends), ``tokens`` (API
 tokens), ``schedules`` (the schedule catalog users change, see
 :mod:`jobserver.schedules.catalog`), ``datasets``, ``partitions`` and ``consumers`` (see
-:mod:`jobserver.datasets`).
+:mod:`jobserver.datasets`), ``views`` (see :mod:`jobserver.views.store`).
 
 Every statement runs inside :class:`Transactions`, whose context managers raise
 :class:`~jobserver.exceptions.StoreError` (and its kinds, see
@@ -107,6 +107,7 @@ class Store:
         from jobserver.store.runs import RunRepository
         from jobserver.store.servers import ServerRepository
         from jobserver.store.tokens import TokenRepository
+        from jobserver.views.store import ViewRepository
 
         self.url = url
         self.engine = make_engine(url, pool_size, stall_timeout)
@@ -120,6 +121,7 @@ class Store:
         self.datasets = DatasetCatalog(self.tx)
         self.partitions = PartitionRepository(self.tx, self.datasets)
         self.consumers = ConsumerCatalog(self.tx, self.datasets)
+        self.views = ViewRepository(self.tx)
 
     @property
     def dialect(self) -> str:

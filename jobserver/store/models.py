@@ -296,3 +296,4 @@ class ApiTokenRow(Base):
 # Base.metadata, which migrations and the drift test compare against.
 from jobserver.schedules import tables as _schedule_tables  # noqa: E402,F401
 from jobserver.datasets import tables as _dataset_tables  # noqa: E402,F401
+from jobserver.views import tables as _view_tables  # noqa: E402,F401

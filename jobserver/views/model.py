@@ -36,9 +36,10 @@ class ViewAddress:
     @property
     def key(self) -> str:
         """The partition's values as one stored text, ``SHOP10/2015/05``: ``null()`` is
-        written ``null()`` and the pattern syntax's special characters are quoted, so
-        that ``name + "/" + key`` parses back to this address."""
-        return "/".join("null()" if value is None else _quote(value) for value in self.values)
+        written ``null()``, the empty string ``e()``, and the pattern syntax's special
+        characters are quoted, so that ``name + "/" + key`` parses back to this address
+        (:func:`jobserver.views.patterns.parse_pattern`)."""
+        return "/".join(_quote(value) for value in self.values)
 
     @property
     def path(self) -> str:
@@ -49,12 +50,16 @@ class ViewAddress:
         return self.path
 
 
-_SPECIAL = "\\,()-/"
-
-
-def _quote(value: str) -> str:
-    # Backslash before each character the pattern syntax gives a meaning to.
-    return "".join("\\" + char if char in _SPECIAL else char for char in value)
+def _quote(value: str | None) -> str:
+    # What parse_pattern reads back as ``value``: null() for None, e() for the empty
+    # string, a backslash before \\ ( ), and %, / and + percent-encoded (each segment
+    # is URL-decoded before it is parsed, so a backslash cannot quote a slash).
+    if value is None:
+        return "null()"
+    if value == "":
+        return "e()"
+    quoted = "".join("\\" + c if c in "\\()" else c for c in value)
+    return quoted.replace("%", "%25").replace("/", "%2F").replace("+", "%2B")
 
 
 class ViewState(enum.Enum):

@@ -43,6 +43,7 @@ from itertools import chain, product
 from string import hexdigits
 
 from jobserver.exceptions import InvalidRequest
+from jobserver.views.model import ViewAddress
 
 MAX_ADDRESSES = 1_000_000
 _WS = " \t\n\x0b\f\r"  # Java's \s, which Schedoscope allows around functions
@@ -66,28 +67,6 @@ _FUNCTIONS = ["null", *_FORMS, "e", *(f"e{name}" for name in _FORMS)]
 Values = tuple[str | None, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ViewAddress:
-    """One view partition: a view and its parameter values, in the view's order, as
-    text whatever their typed form in the pattern (``None`` for ``null()``); matching
-    them to the view's typed parameters is the planner's job."""
-
-    package: str
-    view: str
-    values: Values
-
-    @property
-    def name(self) -> str:
-        """The view's name, ``package/View``."""
-        return f"{self.package}/{self.view}"
-
-    @property
-    def path(self) -> str:
-        """The address as a pattern without a leading slash; ``parse_pattern`` turns it
-        back into exactly this address (values are quoted and percent-encoded)."""
-        return "/".join([self.package, self.view, *map(_quote, self.values)])
-
-
 def parse_pattern(pattern: str, limit: int = MAX_ADDRESSES) -> list[ViewAddress]:
     """The view partitions ``pattern`` addresses, in the cross product's order.
 
@@ -107,15 +86,6 @@ def parse_pattern(pattern: str, limit: int = MAX_ADDRESSES) -> list[ViewAddress]
     _check_limit(len(views), segments[2:], choices, limit)
     rows = list(product(*(list(chain.from_iterable(parts)) for parts in choices)))
     return [ViewAddress(package, view, sum(row, ())) for view in views for row in rows]
-
-
-def _quote(value: str | None) -> str:
-    if value is None:
-        return "null()"
-    if value == "":
-        return "e()"
-    quoted = "".join("\\" + c if c in "\\()" else c for c in value)
-    return quoted.replace("%", "%25").replace("/", "%2F").replace("+", "%2B")
 
 
 @dataclass(frozen=True)

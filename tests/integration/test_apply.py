@@ -120,7 +120,7 @@ def test_a_change_is_shown_then_applied(run: Run, store: Store, tmp_path: Path) 
 def test_one_refused_document_applies_nothing(run: Run, store: Store, tmp_path: Path) -> None:
     path = write(tmp_path, SCHEDULE.format(name="good", cron="0 1 * * *"),
                  SCHEDULE.format(name="bad", cron="0 0 1 * * *"),
-                 "kind: View\nname: raw\n", "just text\n",
+                 "kind: Widget\nname: raw\n", "just text\n",
                  SCHEDULE.format(name="good", cron="0 2 * * *"),
                  SCHEDULE.format(name="bad/name", cron="0 1 * * *"))
     code, out, err = run("apply", path)
@@ -128,7 +128,7 @@ def test_one_refused_document_applies_nothing(run: Run, store: Store, tmp_path: 
     lines = err.splitlines()
     assert lines[0].startswith("document 2 (schedule default/bad): refused: trigger.cron: ")
     assert lines[1].startswith("  trigger.cron: 6 fields")
-    assert "document 3 (View): refused: kind: unknown kind 'View'" in err
+    assert "document 3 (Widget): refused: kind: unknown kind 'Widget'" in err
     assert "document 4 (?): refused: document: expected a mapping" in err
     assert "document 5 (schedule default/good): refused: also in document 1" in err
     assert "document 6 (Schedule): refused: name: " in err

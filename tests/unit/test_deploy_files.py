@@ -237,6 +237,11 @@ def exported_metrics() -> set[str]:
             def all() -> list[Any]:
                 return []
 
+        class views:  # noqa: N801
+            @staticmethod
+            def counts_by_state() -> dict[str, int]:
+                return {}
+
     families = list(registry.collect()) + list(StoreCollector(FakeStore, 10.0).collect())
     suffixes = {"counter": ("_total", "_created"), "gauge": ("",),
                 "histogram": ("_bucket", "_sum", "_count", "_created")}
@@ -309,7 +314,7 @@ def test_dashboard_shows_what_operators_need() -> None:
     rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
     assert rows == ["Throughput", "Queue depth", "Latency", "Failures", "Nodes",
                     "Leadership and failovers", "Locks", "Scheduling listeners", "Schedules",
-                    "Datasets"]
+                    "Datasets", "Views"]
     exprs = " ".join(expr for _, expr in dashboard_exprs())
     for needed in ("jobserver_jobs_finished_total", 'jobserver_jobs{state="READY"}',
                    "histogram_quantile(0.99, sum by (le) (rate(jobserver_dispatch_latency",
@@ -319,7 +324,8 @@ def test_dashboard_shows_what_operators_need() -> None:
                    "jobserver_lock_acquire_seconds_bucket",
                    "jobserver_schedule_launch_lag_seconds_bucket",
                    "jobserver_schedule_fire_times_skipped_total", "jobserver_consumer_lag",
-                   "jobserver_consumer_partitions_failed_total"):
+                   "jobserver_consumer_partitions_failed_total",
+                   "jobserver_view_partitions"):
         assert needed in exprs, needed
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))

@@ -1,0 +1,99 @@
+"""``jobserver materialize|invalidate|views -v PATTERN``: Schedoscope's commands.
+
+Client commands over the API (:mod:`jobserver.views.api`). ``materialize --plan``
+prints every view partition's action and why, and runs nothing; without it, the
+same table with the job each partition's transformation runs as. A pattern or mode
+the server refuses (422) exits 2 with where it failed; other refusals exit 1.
+View definitions are created and changed with ``jobserver apply`` (``kind: View``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from jobserver.cli_views import table
+from jobserver.client import ApiError, Client
+from jobserver.views.model import Mode, ViewState
+
+EXIT_USAGE = 2
+#: A materialize of a large lattice plans and writes for longer than a page read.
+TIMEOUT = 300.0
+
+
+def add_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add ``materialize``, ``invalidate`` and ``views``."""
+    materialize = sub.add_parser("materialize", help="materialize the view partitions a "
+                                                     "pattern addresses, with their "
+                                                     "dependencies")
+    materialize.add_argument("-m", "--mode", choices=[mode.value for mode in Mode],
+                             default=Mode.DEFAULT.value)
+    materialize.add_argument("--plan", action="store_true",
+                             help="print each partition's action and why; run nothing")
+    invalidate = sub.add_parser("invalidate", help="put view partitions back to receive: "
+                                                   "the next materialize transforms them")
+    views = sub.add_parser("views", help="view partitions and their states")
+    views.add_argument("-s", "--status", choices=[state.value for state in ViewState])
+    views.add_argument("-o", "--overview", action="store_true",
+                       help="only how many partitions are in each state")
+    views.add_argument("-d", "--dependencies", action="store_true",
+                       help="also the partitions they depend on, recursively")
+    views.add_argument("--limit", type=int, default=1000)
+    for command in (materialize, invalidate, views):
+        command.add_argument("-v", "--viewUrlPath", "--view", dest="pattern",
+                             required=command is not views,
+                             help="a view pattern, e.g. app.eci.datamart/SearchExport/"
+                                  "SHOP10/2015/05")
+        client_options(command)
+
+
+def run(args: argparse.Namespace, client: Client) -> int:
+    client.timeout = max(client.timeout, TIMEOUT)
+    try:
+        if args.command == "materialize":
+            reply = client.materialize(args.pattern, args.mode, args.plan)
+            print(decisions_view(reply))
+        elif args.command == "invalidate":
+            reply = client.invalidate(args.pattern)
+            print(f"{reply['invalidated']} of {reply['addressed']} view partition(s) "
+                  "invalidated")
+        else:
+            reply = client.views(pattern=args.pattern, status=args.status,
+                                 overview=args.overview, dependencies=args.dependencies,
+                                 limit=args.limit)
+            print(views_view(reply))
+    except ApiError as exc:
+        if exc.status not in (400, 422):
+            raise
+        print(f"jobserver: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+def decisions_view(reply: dict[str, Any]) -> str:
+    """One row per partition, dependencies first; then the counts per action."""
+    rows = [("VIEW", "ACTION", "JOB", "REASON")]
+    for item in reply["decisions"]:
+        job = item.get("job_id")
+        rows.append((item["view"], item["action"], "-" if job is None else str(job),
+                     item["reason"]))
+    counts = ", ".join(f"{action} {count}" for action, count in sorted(reply["counts"].items()))
+    head = "plan only: nothing run" if reply["plan"] else "submitted"
+    summary = f"{head} ({reply['mode']}): {counts or 'nothing addressed'}"
+    return (table(rows) + "\n" + summary) if reply["decisions"] else summary
+
+
+def views_view(reply: dict[str, Any]) -> str:
+    overview = ", ".join(f"{state} {count}" for state, count in sorted(reply["overview"].items()))
+    if "views" not in reply:
+        return overview or "(no view partitions)"
+    rows = [("VIEW", "STATUS", "TRANSFORMED", "JOB", "RETRIES")]
+    for item in reply["views"]:
+        job = item.get("job_id")
+        rows.append((item["path"], item["status"], item.get("transformed_at") or "-",
+                     "-" if job is None else str(job), str(item["retries"])))
+    more = "\n(more not listed; narrow the pattern or raise --limit)" if reply["truncated"] else ""
+    body = table(rows) if reply["views"] else "(no view partitions)"
+    return f"{body}\n{overview}{more}"

@@ -1,0 +1,110 @@
+"""View definitions as the API and ``jobserver apply`` change them.
+
+A definition is accepted only together with the definitions already stored: it is
+parsed with the node's job policy (its job template is checked as a submitted job is),
+then the whole set is validated (:func:`~jobserver.views.spec.validate_views`), so a
+dependency on an unknown view, a mapping naming parameters the dependency does not
+have, or a cycle is a 422 and nothing is stored. Deleting a view others depend on is a
+409 naming them. Saving a definition whose structure checksum changed resets every
+partition of the view to RECEIVE (:meth:`ViewRepository.put`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jobserver.exceptions import Conflict, InvalidRequest, NotFound
+from jobserver.spec import Policy
+from jobserver.store import Store
+from jobserver.views import plan_side
+from jobserver.views.checksums import canonical_json, sha256
+from jobserver.views.store import Definition
+
+CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """What a PUT did (or, with ``dry_run``, would do); ``reset``: partitions put back
+    to RECEIVE by a structure change."""
+
+    change: str
+    definition: Definition | None
+    reset: int
+    structure_changed: bool
+
+
+class ViewCatalog:
+    def __init__(self, store: Store, policy: Policy) -> None:
+        self._store = store
+        self._policy = policy
+
+    def parse(self, body: Mapping[str, Any]) -> Any:
+        """A ``kind: View`` document as a spec, checked alone (422 with field paths)."""
+        spec = plan_side.parse_view(dict(body), self._policy)
+        _no_fixed_after(spec)
+        return spec
+
+    def put(self, spec: Any, dry_run: bool = False) -> PutResult:
+        """Create or replace the definition ``spec`` (from :meth:`parse`) once the set
+        with it is valid (a dry run lets dependencies on unknown views pass)."""
+        others = [plan_side.load_view(d.spec) for d in self._store.views.definitions()
+                  if d.name != spec.name]
+        try:
+            plan_side.validate_views([*others, spec])
+        except InvalidRequest as exc:
+            problems = [p for p in exc.details or [] if not (dry_run and _unknown_view(p))]
+            if problems:
+                raise InvalidRequest(f"{problems[0]['view']}: {problems[0]['field']}: "
+                                     f"{problems[0]['message']}", problems) from None
+        document = plan_side.spec_json(spec)
+        structure, version = plan_side.checksums(spec)
+        spec_hash = sha256(canonical_json(document))
+        current = self._store.views.get(spec.name)
+        structure_changed = current is not None and current.structure_checksum != structure
+        if dry_run:
+            change = (CREATED if current is None else
+                      UNCHANGED if current.spec_hash == spec_hash else UPDATED)
+            return PutResult(change, current, 0, structure_changed)
+        change, reset = self._store.views.put(spec.name, document, structure, version,
+                                              spec_hash)
+        return PutResult(change, self._store.views.get(spec.name), reset, structure_changed)
+
+    def get(self, name: str) -> Definition:
+        found = self._store.views.get(name)
+        if found is None:
+            raise NotFound(f"no view named {name}", {"view": name})
+        return found
+
+    def list(self) -> list[Definition]:
+        return self._store.views.definitions()
+
+    def delete(self, name: str) -> None:
+        """Drop a definition and its partitions' states; a view another depends on
+        stays (409 naming the dependents)."""
+        self.get(name)
+        dependents = sorted(d.name for d in self._store.views.definitions()
+                            if any(dep.get("view") == name
+                                   for dep in d.spec.get("dependencies", [])))
+        if dependents:
+            raise Conflict(f"{', '.join(dependents)} depend(s) on {name}; delete or change "
+                           "them first", {"view": name, "dependents": dependents})
+        self._store.views.delete(name)
+
+
+def _unknown_view(problem: Mapping[str, str]) -> bool:
+    # A dry run (``jobserver apply`` checks every document first) accepts a dependency
+    # on a view not stored yet: it may be earlier in the same file.
+    return problem.get("field", "").endswith(".view") and \
+        problem.get("message", "").startswith("no view named")
+
+
+def _no_fixed_after(spec: Any) -> None:
+    # A template's jobs are linked to their dependencies' jobs by materialize; a fixed
+    # upstream job id in a template would make every partition wait for that one job.
+    if spec.job is not None and spec.job.after:
+        raise InvalidRequest("transformation.job.after: set by materialize, not by the "
+                             "template", [{"field": "transformation.job.after",
+                                           "message": "set by materialize; leave it out"}])

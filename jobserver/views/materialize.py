@@ -1,0 +1,213 @@
+"""``materialize PATTERN``: parse → instantiate → read → plan → write.
+
+Planning runs on whichever node takes the request. The write is one transaction: a
+compare-and-set of every row the plan changes (:meth:`ViewRepository.apply`), one
+engine job per TRANSFORM submitted with ``submit_keyed`` on the same connection, each
+linked by ``after`` (``when: "done"``: a failed dependency does not stop its
+dependents) to its upstream partitions' jobs, and the jobs' ids on their rows. A
+job's idempotency key names the partition and the row version it was planned from
+(``view/<name>/<key>/<row_version>``), so two nodes planning the same partition from
+the same read make one job; the one whose compare-and-set then fails reads again and
+plans again (at most :data:`MAX_REPLANS` times), now joining that job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Connection
+
+from jobserver.exceptions import Conflict, InvalidRequest
+from jobserver.spec import AfterSpec, JobSpec, Policy, validate_job
+from jobserver.store import Store
+from jobserver.store.jobs import KeyedSubmit
+from jobserver.views import plan_side
+from jobserver.views.data import DataTimes
+from jobserver.views.model import Action, Decision, Mode, StoredPartition, ViewAddress, ViewState
+from jobserver.views.store import CasConflict, Change
+
+log = logging.getLogger(__name__)
+
+#: How many times a request plans again after losing a compare-and-set.
+MAX_REPLANS = 5
+#: The jobs table's idempotency keys are at most this long.
+KEY_LIMIT = 200
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class Outcome:
+    """What one request decided and, unless planned only, the jobs it made or joined."""
+
+    decisions: list[Decision]
+    jobs: dict[ViewAddress, int] = field(default_factory=dict)
+    planned_only: bool = False
+    attempts: int = 1
+
+
+def job_key(address: ViewAddress, row_version: int) -> str:
+    """The idempotency key of the job transforming ``address`` planned from
+    ``row_version`` (0: never stored)."""
+    key = f"view/{address.path}/{row_version}"
+    if len(key) <= KEY_LIMIT:
+        return key
+    return "view/" + hashlib.sha256(key.encode()).hexdigest()
+
+
+class Materializer:
+    def __init__(self, store: Store, policy: Policy,
+                 clock: Callable[[], datetime] = utcnow,
+                 data_time: Callable[[Mapping[str, Any]], Callable[[ViewAddress],
+                                                                    datetime | None]]
+                 | None = None,
+                 render: Callable[..., JobSpec] = plan_side.render_job,
+                 parse: Callable[[dict[str, Any]], Any] = plan_side.load_view) -> None:
+        self._store = store
+        self._render = render
+        self._parse = parse
+        self.policy = policy
+        self._clock = clock
+        self._data_time = data_time or (lambda views: DataTimes(store, views))
+        self._specs: dict[tuple[str, str], Any] = {}
+
+    def definitions(self) -> dict[str, Any]:
+        """Every stored definition as the planning side's spec, parsed once per
+        version."""
+        found: dict[str, Any] = {}
+        for definition in self._store.views.definitions():
+            cache_key = (definition.name, definition.spec_hash)
+            if cache_key not in self._specs:
+                self._specs[cache_key] = self._parse(definition.spec)
+            found[definition.name] = self._specs[cache_key]
+        return found
+
+    def addresses(self, pattern: str) -> list[ViewAddress]:
+        """The partitions ``pattern`` addresses, each checked against its view (422
+        naming a partition of an unknown view or with values that do not fit)."""
+        views = self.definitions()
+        return plan_side.instantiate(views, plan_side.parse_pattern(pattern), False).order
+
+    def materialize(self, pattern: str, mode: Mode, plan_only: bool = False) -> Outcome:
+        return self.run(plan_side.parse_pattern(pattern), mode, plan_only)
+
+    def run(self, addresses: list[ViewAddress], mode: Mode, plan_only: bool = False) -> Outcome:
+        views = self.definitions()
+        recursive = mode not in (Mode.TRANSFORM_ONLY, Mode.SET_ONLY)
+        lattice = plan_side.instantiate(views, addresses, recursive)
+        data_time = self._data_time(views)
+        for attempt in range(1, MAX_REPLANS + 1):
+            stored = self._store.views.read(lattice.order)
+            decisions = plan_side.plan(lattice, views, stored, mode, self._clock(), data_time)
+            if plan_only:
+                return Outcome(decisions, planned_only=True)
+            try:
+                return Outcome(decisions, self.write(views, decisions, stored), attempts=attempt)
+            except CasConflict as exc:
+                log.info("materialize: %s; planning again (attempt %d)", exc, attempt + 1)
+        raise Conflict(f"view partitions kept changing while planning; tried {MAX_REPLANS} "
+                       "times", {"retryable": True})
+
+    def write(self, views: Mapping[str, Any], decisions: list[Decision],
+              stored: Mapping[ViewAddress, StoredPartition]) -> dict[ViewAddress, int]:
+        """Carry out ``decisions`` planned from ``stored`` in one transaction; returns
+        the job of every partition transformed or joined. :class:`CasConflict` (nothing
+        written) if any row changed since ``stored`` was read."""
+        with self._store.views.writing() as conn:
+            return self._write(conn, views, decisions, stored)
+
+    def _write(self, conn: Connection, views: Mapping[str, Any], decisions: list[Decision],
+               stored: Mapping[ViewAddress, StoredPartition]) -> dict[ViewAddress, int]:
+        self._store.views.apply(conn, [change for decision in decisions
+                                       if (change := _change(decision, stored.get(
+                                           decision.address))) is not None])
+        jobs = {d.address: stored[d.address].job_id for d in decisions
+                if d.action is Action.JOIN and stored[d.address].job_id is not None}
+        made = self._submit(conn, views, decisions, stored, jobs)
+        self._store.views.set_jobs(conn, made)
+        jobs.update(made)
+        return jobs  # type: ignore[return-value]
+
+    def _submit(self, conn: Connection, views: Mapping[str, Any], decisions: list[Decision],
+                stored: Mapping[ViewAddress, StoredPartition],
+                jobs: Mapping[ViewAddress, int | None]) -> dict[ViewAddress, int]:
+        """One job per TRANSFORM, in waves: a job's upstream jobs are inserted by an
+        earlier wave of the same transaction, so their ids are known."""
+        made: dict[ViewAddress, int] = {}
+        for wave in _waves([d for d in decisions if d.action is Action.TRANSFORM]):
+            items: dict[ViewAddress, KeyedSubmit] = {}
+            for decision in wave:
+                upstream = [made.get(a) or jobs.get(a) for a in decision.upstream]
+                spec = with_after(self.rendered(views, decision.address,
+                                                decision.version_checksum),
+                                  [job for job in upstream if job is not None])
+                row = stored.get(decision.address)
+                items[decision.address] = KeyedSubmit(
+                    spec, validate_job(spec, self.policy),
+                    job_key(decision.address, row.row_version if row else 0), None)
+            ids = self._store.jobs.submit_keyed(list(items.values()), conn=conn)
+            made.update((address, ids[item.key]) for address, item in items.items())
+        return made
+
+    def rendered(self, views: Mapping[str, Any], address: ViewAddress,
+                 version_checksum: str | None = None) -> JobSpec:
+        """The job of ``address`` from its view's current definition; it records
+        ``version_checksum`` (default: the definition's) as the version it runs."""
+        spec = views.get(address.name)
+        if spec is None:
+            raise InvalidRequest(f"view {address.name} is not defined", [
+                {"field": "pattern", "message": f"unknown view {address.name}"}])
+        return self._render(spec, address, version_checksum)
+
+
+def with_after(spec: JobSpec, upstream: list[int]) -> JobSpec:
+    """The job waiting for ``upstream`` jobs to be done (SUCCEED, or ERROR after their
+    retries, or DISCARDED): a failed dependency does not stop its dependents, which
+    then run on incomplete data, as in Schedoscope."""
+    if not upstream:
+        return spec
+    links = [AfterSpec(job=job, when="done") for job in sorted(set(upstream))]
+    return spec.model_copy(update={"after": links})
+
+
+def _waves(transforms: list[Decision]) -> list[list[Decision]]:
+    depth: dict[ViewAddress, int] = {}
+    for decision in transforms:  # lattice order: dependencies first
+        depth[decision.address] = 1 + max((depth[a] for a in decision.upstream if a in depth),
+                                          default=-1)
+    waves: list[list[Decision]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for decision in transforms:
+        waves[depth[decision.address]].append(decision)
+    return waves
+
+
+def _change(decision: Decision, row: StoredPartition | None) -> Change | None:
+    """The compare-and-set a decision makes of its row, or None (SKIP)."""
+    expected = row.row_version if row is not None else 0
+    previous = row.state if row is not None else ViewState.RECEIVE
+    address, action = decision.address, decision.action
+    if action is Action.TRANSFORM:
+        return Change(address, expected, previous, ViewState.WAITING,
+                      {"job_id": None, "retries": 0}, decision.reason)
+    if action is Action.JOIN:
+        # Checked (and locked) unchanged: the job joined is still the partition's.
+        return Change(address, expected, previous, previous, {}, bump=False) \
+            if row is not None else None
+    if action is Action.SET:
+        return Change(address, expected, previous, ViewState.MATERIALIZED,
+                      {"job_id": None, "retries": 0,
+                       "version_checksum": decision.version_checksum,
+                       "transformed_at": decision.transformed_at}, decision.reason)
+    if action is Action.NO_DATA:
+        return Change(address, expected, previous, ViewState.NO_DATA,
+                      {"job_id": None, "retries": 0}, decision.reason)
+    if row is None:  # SKIP of a partition never stored: store it as instantiated
+        return Change(address, 0, ViewState.RECEIVE, ViewState.RECEIVE, {}, decision.reason)
+    return None

@@ -256,6 +256,9 @@ class ViewsConfig(_Section):
     listeners: list[str] = Field(default_factory=list)
     # Restarts of a failing listener before it is disabled (-1: no limit).
     listener_max_retries: int = Field(default=-1, ge=-1)
+    # Where a noop view's relative `location` lies (its _SUCCESS flags); None:
+    # <data_dir>/views. An absolute location is read as written.
+    data_root: Path | None = None
 
 
 class Config(_Section):
@@ -271,6 +274,11 @@ class Config(_Section):
     connections: dict[Annotated[str, StringConstraints(pattern=CONNECTION_NAME)],
                       ConnectionConfig] = Field(default_factory=dict, max_length=100)
     views: ViewsConfig = Field(default_factory=ViewsConfig)
+
+    @property
+    def views_root(self) -> Path:
+        """The directory relative view locations are read under."""
+        return self.views.data_root or self.data_dir / "views"
 
     @property
     def database_url(self) -> str:

@@ -177,7 +177,8 @@ class Node:
             return None, None
         listeners = ViewListeners.from_config(self.config, self.metrics)
         tracker = ViewTracker(self.store, self._seat, self.config.views,
-                              Materializer(self.store, self._policy()),
+                              Materializer(self.store, self._policy(),
+                                           data_root=self.config.views_root),
                               publish=listeners.publish, stopping=self.ctx.stopping)
         return listeners, tracker
 

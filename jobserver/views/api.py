@@ -10,7 +10,7 @@
 * ``GET /api/v1/views?pattern=&status=&dependencies=&overview=&limit=``.
 
 Scopes as the schedules' (``jobserver.api.auth``): reads need ``read``; saving a
-definition and materializing ``submit`` (and ``shell`` for a template with shell
+definition and materializing ``submit`` (and ``shell`` or ``sql`` for a template with such
 steps); deleting a definition and invalidating ``operate``. A malformed pattern is a
 422 whose message says where it failed and what was expected; an unknown mode a 422
 naming ``mode``.
@@ -95,8 +95,8 @@ def _materializer() -> Materializer:
     """One per application: it keeps the parsed definitions between requests."""
     found = current_app.extensions.get("jobserver.views")
     if found is None:
-        found = current_app.extensions["jobserver.views"] = Materializer(api().store,
-                                                                          api().policy)
+        found = current_app.extensions["jobserver.views"] = Materializer(
+            api().store, api().policy, data_root=api().config.views_root)
     return found
 
 
@@ -155,14 +155,14 @@ def put_view_definition(package: str, view: str) -> ResponseReturnValue:
     catalog = _catalog()
     spec = catalog.parse(body)
     if spec.job is not None:
-        _check_shell(spec.job)
+        _check_step_scopes(spec.job)
     result = catalog.put(spec, dry_run)
     created = result.change == CREATED and not dry_run
     return _put_json(result, dry_run), 201 if created else 200, {
         "Location": f"/api/v1/view-definitions/{name}"}
 
 
-def _check_shell(job: Any) -> None:
+def _check_step_scopes(job: Any) -> None:
     try:
         check_step_types(g.principal, job)
     except Forbidden as exc:

@@ -1,8 +1,9 @@
 """When a noop view partition's data appeared (``data_time`` for the planner).
 
 Data arrives from outside: either a ``_SUCCESS`` flag under the view's ``location``
-template (``${param}`` filled with the partition's values; local paths only: the
-flag's modification time is the data's time), or a partition registered in the
+template (``${param}`` filled with the partition's values; local paths only, a
+relative one under ``views.data_root``: the flag's modification time is the data's
+time), or a partition registered in the
 dataset named like the view (``package/View`` is dataset ``package`` / ``View``)
 whose key fields, in declared order, hold the partition's values: its time is the
 partition's ``created_at``. Neither: None (no data).
@@ -14,6 +15,7 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -37,11 +39,14 @@ def parameter_names(spec: Any) -> list[str]:
     return [getattr(item, "name", item) for item in getattr(spec, "parameters", []) or []]
 
 
-def flag_time(location: str) -> datetime | None:
-    """The ``_SUCCESS`` flag's modification time under a local ``location``."""
+def flag_time(location: str, root: Path | None = None) -> datetime | None:
+    """The ``_SUCCESS`` flag's modification time under a local ``location`` (a
+    relative one under ``root``: ``views.data_root``)."""
     path = location[len("file://"):] if location.startswith("file://") else location
     if "://" in path:
         return None  # not a local path: only datasets can say
+    if root is not None:
+        path = os.path.join(root, path)  # an absolute path stays as it is
     try:
         stamp = os.stat(os.path.join(path, FLAG)).st_mtime
     except OSError:
@@ -52,16 +57,19 @@ def flag_time(location: str) -> datetime | None:
 class DataTimes:
     """``data_time(address)`` over the definitions ``views`` and ``store``'s datasets."""
 
-    def __init__(self, store: Store, views: Mapping[str, Any]) -> None:
+    def __init__(self, store: Store, views: Mapping[str, Any],
+                 root: Path | None = None) -> None:
         self._store = store
         self._views = views
+        self._root = root
         self._datasets: dict[str, tuple[int, PartitionKey] | None] = {}
 
     def __call__(self, address: ViewAddress) -> datetime | None:
         spec = self._views.get(address.name)
         location = getattr(spec, "location", None) if spec is not None else None
         if location:
-            found = flag_time(fill(location, parameter_names(spec), address.values))
+            found = flag_time(fill(location, parameter_names(spec), address.values),
+                              self._root)
             if found is not None:
                 return found
         return self._registered(address)

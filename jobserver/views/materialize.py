@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection
@@ -69,13 +70,14 @@ class Materializer:
                                                                     datetime | None]]
                  | None = None,
                  render: Callable[..., JobSpec] = plan_side.render_job,
-                 parse: Callable[[dict[str, Any]], Any] = plan_side.load_view) -> None:
+                 parse: Callable[[dict[str, Any]], Any] = plan_side.load_view,
+                 data_root: Path | None = None) -> None:
         self._store = store
         self._render = render
         self._parse = parse
         self.policy = policy
         self._clock = clock
-        self._data_time = data_time or (lambda views: DataTimes(store, views))
+        self._data_time = data_time or (lambda views: DataTimes(store, views, data_root))
         self._specs: dict[tuple[str, str], Any] = {}
 
     def definitions(self) -> dict[str, Any]:

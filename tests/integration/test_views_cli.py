@@ -33,7 +33,7 @@ def test_apply_twice_then_plan_materialize_invalidate_and_views(run: Run) -> Non
     rows = [re.split(r"\s{2,}", line) for line in lines[1:-1]]
     assert ["app.eci.stage/Search/SHOP10/2015/05/03", "no-data", "-",
             "all dependencies have no data"] in rows
-    assert rows[0][3] == ("no _SUCCESS flag at /tmp/jobserver-views/source/search/SHOP10/"
+    assert rows[0][3] == ("no _SUCCESS flag at source/search/SHOP10/"
                           "20150425/_SUCCESS")
     code, out, _ = run("materialize", "-v", MART, "-m", "SET_ONLY")
     assert code == 0 and out.splitlines()[-1] == "submitted (SET_ONLY): set 1"

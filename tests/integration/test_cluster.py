@@ -1,6 +1,7 @@
 """Real clusters: real processes, real ``kill -9``, real gunicorn children.
 
-* the ``jobserver cluster --demo`` launcher, end to end, and its clean shutdown;
+* the ``jobserver cluster --demo`` launcher, end to end (examples/views.yaml
+  materialized on it included), and its clean shutdown;
 * single-mode failover on file locks, over SQLite and over PostgreSQL: the active node
   is killed in the middle of a job; another node takes over within
   ``poll_interval + 2`` s, the interrupted job runs again exactly once under a larger
@@ -21,11 +22,13 @@ import stat
 import subprocess
 import time
 from collections import Counter
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from jobserver.apply import load
 from jobserver.store import Store
 from tests.helpers import free_port, wait_for
 from tests.integration.nodes import (JOBSERVER, TOKEN, Api, Harness, Proc, descendants,
@@ -34,6 +37,7 @@ from tests.integration.nodes import (JOBSERVER, TOKEN, Api, Harness, Proc, desce
 POLL_INTERVAL = 0.2  # nodes.NODE_DEFAULTS
 TAKEOVER_BOUND = POLL_INTERVAL + 2.0
 SLOW_STEP_SECONDS = 3
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture
@@ -113,6 +117,8 @@ def test_cluster_launcher_demo_end_to_end(harness: Harness, tmp_path: Path) -> N
     done = api.wait_job(job["id"], timeout=30)
     assert f"hand-made {job['id']}" in done["steps"][0]["output"], done
 
+    _materialize_the_example_lattice(api, data_dir)
+
     assert "exited" not in launcher.output(), launcher.output()  # no node died meanwhile
 
     # SIGTERM the launcher (only it, as a supervisor would): everything must go away.
@@ -129,6 +135,36 @@ def test_cluster_launcher_demo_end_to_end(harness: Harness, tmp_path: Path) -> N
     assert not listeners(port), f"still listening on {port}: {listeners(port)}"
     assert _connection_refused(port)
     assert not harness.leftovers(), harness.leftovers()
+
+
+MART = "app.eci.datamart/SearchExport/SHOP10/2015/05"
+
+
+def _materialize_the_example_lattice(api: Api, data_dir: Path) -> None:
+    """examples/views.yaml on the cluster: its noop sources delivered (their _SUCCESS
+    flags under <data_dir>/views), the May 2015 datamart partition materialized with
+    every partition it depends on, by jobs run on the cluster; a second request then
+    finds everything up to date."""
+    for document in load((EXAMPLES / "views.yaml").read_text()):
+        api.call("PUT", f"/api/v1/view-definitions/{document['name']}", document,
+                 expect=(201,))
+    flags = [f"source/search/SHOP10/{day:%Y%m%d}" for day in
+             (date(2015, 4, 25) + timedelta(days=n) for n in range(37))]
+    for location in flags + ["source/shops/prod", "source/shops/staging"]:
+        (data_dir / "views" / location).mkdir(parents=True)
+        (data_dir / "views" / location / "_SUCCESS").touch()
+
+    first = api.call("POST", "/api/v1/views/materialize", {"pattern": MART})
+    # 39 sources set from their flags; 37 daily, 31 weekly and 1 monthly transformed.
+    assert first["counts"] == {"set": 39, "transform": 69}, first["counts"]
+    overview = f"/api/v1/views?pattern={MART}&dependencies=true&overview=true"
+    wait_for(lambda: api.get(overview)["overview"] == {"materialized": 108}, 60, 0.2,
+             f"the 108 view partitions of {MART} to be materialized; last: "
+             f"{api.get(overview)['overview']}")
+    mart_job = next(d["job_id"] for d in first["decisions"] if d["view"] == MART)
+    assert "exporting SHOP10 2015-05" in api.job(mart_job)["steps"][0]["output"]
+    again = api.call("POST", "/api/v1/views/materialize", {"pattern": MART})
+    assert again["counts"] == {"skip": 108}, again["counts"]
 
 
 def _wait_banner(launcher: Proc) -> re.Match[str]:

@@ -257,3 +257,4 @@ class ApiTokenRow(Base):
 # Base.metadata, which migrations and the drift test compare against.
 from jobserver.schedules import tables as _schedule_tables  # noqa: E402,F401
 from jobserver.datasets import tables as _dataset_tables  # noqa: E402,F401
+from jobserver.batches import tables as _batch_tables  # noqa: E402,F401

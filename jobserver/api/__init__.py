@@ -102,10 +102,11 @@ def create_app(config: Config | None = None, store: Store | None = None,
         limiter=SubmitLimiter(config.api.submit_rate, config.api.submit_burst))
 
     from jobserver.api import cluster, health, jobs, metrics, openapi
+    from jobserver.batches import api as batches
     from jobserver.datasets import api as datasets
     from jobserver.schedules import api as schedules
 
-    for module in (health, jobs, schedules, datasets, cluster, openapi, metrics):
+    for module in (health, jobs, schedules, datasets, batches, cluster, openapi, metrics):
         app.register_blueprint(module.blueprint)
     app.before_request(_start_timer)
     app.before_request(_authenticate)

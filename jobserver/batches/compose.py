@@ -98,7 +98,8 @@ def stage_job(config: BatchConfig, system: str, location: str, context: Mapping[
                              [{"field": "stage", "message": "no job group mapped"}])
     params = {"system": system, "location": location, "business_date":
               business_date.isoformat(), "stage": stage, "batch_id": batch_id, **context}
-    body = {"name": f"batch {system}/{location} {business_date.isoformat()} {stage}",
+    name = f"batch {system}/{location} {business_date.isoformat()} {stage}"
+    body = {"name": name[:200],
             "steps": stage_steps(config, groups), "params": params,
             "parallelism": config.parallelism(stage)}
     return parse_model(JobSpec, body)
@@ -118,6 +119,8 @@ def launch_key(system: str, location: str, context: Mapping[str, str], business_
     if len(key) > MAX_KEY:
         ctx = "sha256:" + hashlib.sha256(ctx.encode()).hexdigest()[:32]
         key = f"batch/{system}/{location}/{ctx}/{business_date.isoformat()}/{stage}/{run}"
+    if len(key) > MAX_KEY:  # long names too: the whole key hashed, still one per run
+        key = "batch/sha256:" + hashlib.sha256(key.encode()).hexdigest()
     return key
 
 
@@ -135,18 +138,24 @@ def next_period(day: date, period: Period) -> date:
 
 
 def periods(after: date | None, first: date | None, until: date, period: Period,
-            limit: int = 3660) -> list[date]:
+            limit: int = 1000) -> list[date]:
     """The business dates after ``after`` (or from ``first``, else ``until`` alone when
     nothing was loaded yet) up to ``until``, earliest first; at most ``limit``."""
-    last = period_end(until, period)
-    if last > until:  # a month not over yet: its business date is still to come
-        last = until.replace(day=1) - timedelta(days=1)
-    if after is not None:
-        day = next_period(after, period)
-    else:
-        day = period_end(first, period) if first is not None else last
+    try:
+        last = period_end(until, period)
+        if last > until:  # a month not over yet: its business date is still to come
+            last = until.replace(day=1) - timedelta(days=1)
+        if after is not None:
+            day = next_period(after, period)
+        else:
+            day = period_end(first, period) if first is not None else last
+    except OverflowError:  # the ends of the calendar
+        return []
     found: list[date] = []
     while day <= last and len(found) < limit:
         found.append(day)
-        day = next_period(day, period)
+        try:
+            day = next_period(day, period)
+        except OverflowError:  # the end of the calendar
+            break
     return found

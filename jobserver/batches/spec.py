@@ -260,6 +260,10 @@ def parse_step(raw: Mapping[str, Any], where: str) -> tuple[GroupJob | None,
     try:
         step = _STEP.validate_json(json_text(document))
     except ValidationError as exc:
-        return None, problems + [{"field": f"{where}.{field_path(e['loc'])}".rstrip("."),
+        return None, problems + [{"field": _under(where, field_path(e["loc"])),
                                   "message": validation_message(e)} for e in exc.errors()]
     return (None if problems else GroupJob(step, sequence)), problems
+
+
+def _under(where: str, path: str) -> str:
+    return where if path == "body" else f"{where}.{path}"

@@ -38,7 +38,7 @@ class BatchRow(Base):
     location: Mapped[str] = mapped_column(String(64))
     context: Mapped[dict] = mapped_column(JSON, default=dict)
     # The context as "k=v,k=v" sorted by key ('' when none): what makes batches distinct.
-    context_key: Mapped[str] = mapped_column(String(400))
+    context_key: Mapped[str] = mapped_column(Text)
     business_date: Mapped[date] = mapped_column(Date)
     status: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -40,7 +40,7 @@ def upgrade() -> None:
         sa.Column("system", sa.String(64), nullable=False),
         sa.Column("location", sa.String(64), nullable=False),
         sa.Column("context", sa.JSON(), nullable=False),
-        sa.Column("context_key", sa.String(400), nullable=False),
+        sa.Column("context_key", sa.Text(), nullable=False),
         sa.Column("business_date", sa.Date(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("created_at", UTCDateTime(), nullable=False),

@@ -4,7 +4,8 @@ The file holds YAML documents (separated by ``---``), each one resource with a
 ``kind``. ``kind: Schedule`` carries a schedule spec's fields at the top level
 (``namespace`` defaults to ``default``), optionally ``enabled: true|false`` (left out:
 a new schedule is disabled, an existing one keeps its flag); ``kind: Dataset`` a
-dataset's (``name``, ``namespace``, ``description``, ``key``). ``deleted: true``
+dataset's (``name``, ``namespace``, ``description``, ``key``); ``kind: BatchConfig`` a
+batch config's (:mod:`jobserver.batches.spec`; ``name`` defaults to ``default``). ``deleted: true``
 deletes the resource if it exists (every other field is then ignored; a dataset goes
 with its partitions).
 
@@ -144,6 +145,33 @@ class ConsumerResource(PutResource):
         return f"/api/v1/{self.collection}/{self.name}"
 
 
+class BatchConfigResource:
+    """A ``kind: BatchConfig`` document (``name`` defaults to ``default``): PUT to
+    ``/api/v1/batches/configs/<name>``. Deleting a config keeps its batches."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.body = {key: value for key, value in document.items()
+                     if key not in ("kind", "deleted")}
+        self.deleted = document.get("deleted", False)
+        if not isinstance(self.deleted, bool):
+            _refuse("deleted", "expected true or false")
+        self.name = _name(self.body, "name", "default")
+        self.label = f"batch config {self.name}"
+        self.path = f"/api/v1/batches/configs/{self.name}"
+
+    def apply(self, client: Client, dry_run: bool) -> Outcome:
+        if self.deleted:
+            try:
+                client.request("GET" if dry_run else "DELETE", self.path)
+            except ApiError as exc:
+                if exc.status == 404:
+                    return Outcome(UNCHANGED, absent=True)
+                raise
+            return Outcome(DELETED)
+        reply = client.request("PUT", self.path, self.body, query={"dry_run": dry_run})
+        return Outcome(reply["change"], tuple(reply["changed"]))
+
+
 def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
     """A namespace or name, checked here: it becomes part of the URL."""
     value = body.get(field, default)
@@ -156,7 +184,8 @@ def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
 #: What each ``kind`` is applied as; later kinds (views, batches) add theirs.
 KINDS: dict[str, Callable[[dict[str, Any]], Resource]] = {"Schedule": ScheduleResource,
                                                           "Dataset": DatasetResource,
-                                                          "Consumer": ConsumerResource}
+                                                          "Consumer": ConsumerResource,
+                                                          "BatchConfig": BatchConfigResource}
 
 
 class Problem(NamedTuple):

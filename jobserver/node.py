@@ -28,6 +28,7 @@ from jobserver.logs import job_fields
 from jobserver.loops import FailureMark, Loop, LoopDeath, Periodic, Supervisor
 from jobserver.metrics import NodeMetrics, multiprocess
 from jobserver.retrying import retry
+from jobserver.batches.tracker import BatchTracker
 from jobserver.planner import PlannerSeat
 from jobserver.runner import Runner
 from jobserver.datasets.feed import NewPartitions
@@ -127,7 +128,11 @@ class Node:
                                     locks=self.locks, runner=self.runner,
                                     presence=lambda: self._presence)
         self.scheduler: Scheduler = create_scheduler(self.ctx)
+        # One seat for every planner loop: in distributed mode it holds the planner lock.
+        self.seat = PlannerSeat(self.scheduler, self.locks, self.ctx.stopping)
         self.schedules = self._schedule_evaluator()
+        self.batches = BatchTracker(self.store, self.seat, self._policy(),
+                                    stopping=self.ctx.stopping)
         self._presence: Lease | None = None
         self._heartbeat = Periodic("heartbeat", config.server.heartbeat_interval,
                                    self.heartbeat)
@@ -150,14 +155,16 @@ class Node:
         seat; it stops with claiming, at the start of a drain."""
         if not self.config.schedules.enabled:
             return None
-        seat = PlannerSeat(self.scheduler, self.locks, self.ctx.stopping)
-        policy = Policy(self.python_steps.is_registered,
-                        self.config.steps.shell.allowed_executables)
-        evaluator = ScheduleEvaluator(self.store, seat, self.config.schedules, policy,
+        evaluator = ScheduleEvaluator(self.store, self.seat, self.config.schedules,
+                                      self._policy(),
                                       self.metrics.schedules, stopping=self.ctx.stopping,
                                       release=self._release_launched)
         evaluator.partition_feeds.append(NewPartitions(self.store))
         return evaluator
+
+    def _policy(self) -> Policy:
+        return Policy(self.python_steps.is_registered,
+                      self.config.steps.shell.allowed_executables)
 
     def _release_launched(self) -> None:
         """Jobs launched ahead of their fire time may start now: claim them at once
@@ -200,6 +207,7 @@ class Node:
         self._scheduling.start()
         if self.schedules is not None:
             self.schedules.start()
+        self.batches.start()
         self.supervisor.watch(*self.loops())
         log.info("node %s started in %s mode with %s lock backend", self.id,
                  self.config.scheduler.mode.value, self.config.lock.backend)
@@ -207,7 +215,9 @@ class Node:
     def loops(self) -> list[Loop]:
         """Every background loop of this node and of its parts."""
         wake = [self._listener] if self._listener is not None else []
-        planners = [self.schedules] if self.schedules is not None else []
+        planners: list[Loop] = [self.batches]
+        if self.schedules is not None:
+            planners.append(self.schedules)
         return [self._heartbeat, self._scheduling, *wake, *planners, *self.runner.loops(),
                 *self.locks.loops(), *self.listeners.loops()]
 
@@ -334,7 +344,7 @@ class Node:
         self._closed.set()
         # A thread waiting on an unreachable lock service would hold the stop up.
         self.locks.abort_waits()
-        for loop in (self._heartbeat, self._scheduling, self.schedules):
+        for loop in (self._heartbeat, self._scheduling, self.schedules, self.batches):
             if loop is not None:
                 loop.stop()
                 loop.join(5)

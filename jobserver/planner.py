@@ -28,6 +28,8 @@ class PlannerSeat:
         self._locks = locks
         self._stopping = stopping
         self._own: Lease | None = None  # distributed mode: the planner lock held here
+        # Several planner loops (schedules, batches) share the seat: one takes the lock.
+        self._lock = threading.Lock()
 
     def lease(self, wait: float) -> Lease | None:
         """The lease to plan under now, or None after waiting up to ``wait`` seconds
@@ -38,9 +40,13 @@ class PlannerSeat:
                 self._stopping.wait(wait)
                 return None
             return lease
+        with self._lock:
+            return self._own_lease(wait)
+
+    def _own_lease(self, wait: float) -> Lease | None:
         if self._own is not None and self._own.is_valid():
             return self._own
-        self.release()
+        self._release()
         lease = self._locks.acquire(PLANNER_LOCK, blocking=True, timeout=wait)
         if lease is None:
             return None
@@ -53,6 +59,10 @@ class PlannerSeat:
 
     def release(self) -> None:
         """Let go of the planner lock, if this seat holds it."""
+        with self._lock:
+            self._release()
+
+    def _release(self) -> None:
         own, self._own = self._own, None
         if own is not None:
             own.release()

@@ -39,7 +39,8 @@ def problems_of(config: BatchConfig) -> Problems:
 
 
 def _systems(config: BatchConfig) -> Problems:
-    spec, problems, seen = config.spec, [], {}
+    spec, problems = config.spec, []
+    seen: dict[str, int] = {}
     for index, entry in enumerate(spec.system_stage_mapping):
         where = f"system_stage_mapping[{index}]"
         problems += _unknown_one(entry.system, spec.valid_systems, f"{where}.system", "system")
@@ -138,7 +139,8 @@ def _group_graph(jobs: list[GroupJob], where: str, name: str) -> Problems:
 
 
 def _pairs(config: BatchConfig) -> Problems:
-    spec, problems, paired = config.spec, [], {}
+    spec, problems = config.spec, []
+    paired: dict[str, int] = {}
     for index, pair in enumerate(spec.stage_pairs):
         where = f"stage_pairs[{index}]"
         problems += _unknown(pair, spec.valid_stages, where, "stage")

@@ -118,6 +118,7 @@ def plan_run(store: Store, request: RunRequest, policy: Policy,
         if watermark is None:
             _field("watermark", f"no watermark for system {request.system!r}: pass one "
                    "with the run (--watermark) or fix its source")
+            raise AssertionError("unreachable")
         if request.business_date is not None and request.business_date > watermark:
             _field("business_date", f"{request.business_date} is after the watermark "
                    f"{watermark}")

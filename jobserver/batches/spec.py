@@ -169,7 +169,8 @@ class BatchConfig:
 
     def pair_of(self, system: str, stage: str) -> list[str]:
         """The stages run together with ``stage`` in ``system`` (itself alone if none)."""
-        stages = self.system(system).stages if self.system(system) else []
+        entry = self.system(system)
+        stages = entry.stages if entry is not None else []
         for pair in self.spec.stage_pairs:
             if stage in pair and all(s in stages for s in pair):
                 return list(pair)

@@ -81,7 +81,8 @@ def test_an_unregistered_python_job_is_refused(client: FlaskClient) -> None:
 
 @pytest.mark.parametrize("body, field", [
     ({"system": "PAYROLL"}, "system"), ({"stage": "PLP"}, "stage"),
-    ({"stage": "NOPE"}, "stage"), ({"context": {"business_module": "x"}}, "context.business_module"),
+    ({"stage": "NOPE"}, "stage"),
+    ({"context": {"business_module": "x"}}, "context.business_module"),
     ({"context": {"frequency": "hourly"}}, "context.frequency"),
     ({"stage": "STG"}, "watermark"),
     ({"stage": "STG", "business_date": "2018-01-05", "watermark": "2018-01-03"}, "business_date"),

@@ -7,7 +7,6 @@ node's named connections (``connections.<name>.url``) — the same ones as SQL s
 
 from __future__ import annotations
 
-import importlib
 from datetime import date
 from typing import Any
 
@@ -20,7 +19,7 @@ def read_source(source: Watermark, given: date | None, connections: Any) -> date
     if isinstance(source, GivenWatermark):
         return given
     try:
-        module = importlib.import_module("jobserver.batches.watermarks")
+        import jobserver.batches.watermarks as module
     except ImportError:
         raise InvalidRequest("watermark: this server reads only watermarks given with the "
                              "run", [{"field": "watermark",

@@ -1,6 +1,6 @@
 """The ``BatchConfig`` resource: systems, stages, job groups and how they are chosen.
 
-Parsed strictly (:func:`parse_batch_config`), then checked as a whole (:func:`compile`):
+Parsed strictly (:func:`parse_batch_config`), then checked as a whole (:func:`check_config`):
 every name a mapping uses must be declared, a job group's jobs must form a DAG, stage
 pairs must sit next to each other in each system that has them, and two job-group
 mappings equally specific for the same stage and keys are a tie, refused at load time
@@ -163,7 +163,7 @@ class BatchConfig:
             return []
         best = max(m.specificity() for m in found)
         winners = [m for m in found if m.specificity() == best]
-        if len(winners) > 1:  # compile() refuses configs where this could happen
+        if len(winners) > 1:  # check_config() refuses configs where this could happen
             raise InvalidRequest(f"job_group_mapping: {len(winners)} mappings tie for {stage}")
         return list(winners[0].job_group)
 
@@ -215,12 +215,12 @@ def parse_batch_config(body: bytes | str | Mapping[str, Any]) -> BatchConfig:
             body = loaded
     if isinstance(body, Mapping):
         body = _normalized(body)
-    return compile(parse_model(BatchConfigSpec, body, default_problem))
+    return check_config(parse_model(BatchConfigSpec, body, default_problem))
 
 
 def load_spec(document: Mapping[str, Any]) -> BatchConfig:
     """A stored spec (valid when stored) as a config."""
-    return compile(BatchConfigSpec.model_validate_json(json.dumps(document)))
+    return check_config(BatchConfigSpec.model_validate_json(json.dumps(document)))
 
 
 def _normalized(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -235,7 +235,7 @@ def _normalized(body: Mapping[str, Any]) -> dict[str, Any]:
     return document
 
 
-def compile(spec: BatchConfigSpec) -> BatchConfig:
+def check_config(spec: BatchConfigSpec) -> BatchConfig:
     """Check ``spec`` as a whole; :class:`InvalidRequest` lists every problem."""
     from jobserver.batches.checks import problems_of  # the whole-config checks
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
-from flask import Blueprint, g
+from flask import Blueprint, current_app, g
 from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -86,9 +86,24 @@ def batch_audit() -> ResponseReturnValue:
 def run_batches() -> ResponseReturnValue:
     request = parse_model(RunRequest, _body())
     ctx = api()
-    run = plan_run(ctx.store, request, ctx.policy, getattr(ctx.config, "connections", None))
+    run = plan_run(ctx.store, request, ctx.policy, _connections())
     status = 200 if run.status is RunStatus.NOTHING else 201
     return run_json(run), status, {"Location": f"/api/v1/batches/runs/{run.id}"}
+
+
+def _connections() -> Any:
+    """This app's named connections for SQL watermarks, made once, on first use (their
+    engines are made lazily too); None where the server has no SQL connections."""
+    app = current_app
+    if "jobserver.connections" not in app.extensions:
+        try:
+            from jobserver.connections import Connections
+        except ImportError:
+            app.extensions["jobserver.connections"] = None
+        else:
+            configs = getattr(api().config, "connections", None) or {}
+            app.extensions["jobserver.connections"] = Connections(configs)
+    return app.extensions["jobserver.connections"]
 
 
 @blueprint.get(f"/runs/<int(max={MAX_ID}):run_id>")

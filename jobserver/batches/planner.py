@@ -113,8 +113,10 @@ def plan_run(store: Store, request: RunRequest, policy: Policy,
     scope = scope_of(store, request, policy)
     watermark = None
     if scope.first:
+        params = {"system": request.system, "location": request.location,
+                  **request.context}
         watermark = read_source(scope.system.watermark, request.watermark
-                                or request.business_date, connections)
+                                or request.business_date, connections, params)
         if watermark is None:
             _field("watermark", f"no watermark for system {request.system!r}: pass one "
                    "with the run (--watermark) or fix its source")

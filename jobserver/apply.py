@@ -6,7 +6,8 @@ The file holds YAML documents (separated by ``---``), each one resource with a
 a new schedule is disabled, an existing one keeps its flag); ``kind: Dataset`` a
 dataset's (``name``, ``namespace``, ``description``, ``key``); ``kind: View`` a view
 definition (``name: package/View``, see :mod:`jobserver.views.spec`; a view after the
-views it depends on). ``deleted: true``
+views it depends on); ``kind: BatchConfig`` a batch config's
+(:mod:`jobserver.batches.spec`; ``name`` defaults to ``default``). ``deleted: true``
 deletes the resource if it exists (every other field is then ignored; a dataset goes
 with its partitions).
 
@@ -147,11 +148,9 @@ class ConsumerResource(PutResource):
         return f"/api/v1/{self.collection}/{self.name}"
 
 
-class ViewResource:
-    """A ``kind: View`` document (:mod:`jobserver.views.spec`): ``PUT
-    /api/v1/view-definitions/<package>/<View>`` with the document as the body. A view
-    must come after the views it depends on: the dry run accepts a dependency on a view
-    not stored yet, the apply in file order does not."""
+class DocumentResource:
+    """A document PUT whole to one path (:attr:`path`), deleted there with ``deleted:
+    true``; subclasses name the path and read what changed from the server's reply."""
 
     def __init__(self, document: dict[str, Any]) -> None:
         self.body = {key: value for key, value in document.items()
@@ -159,24 +158,55 @@ class ViewResource:
         self.deleted = document.get("deleted", False)
         if not isinstance(self.deleted, bool):
             _refuse("deleted", "expected true or false")
-        name = self.body.get("name")
-        if not isinstance(name, str) or not _VIEW_NAME.match(name):
-            _refuse("name", "required: package/View, e.g. app.eci.datamart/SearchExport")
-        self.name = name
-        self.label = f"view {name}"
+        self.label, self.path = self.locate()
+
+    def locate(self) -> tuple[str, str]:
+        """The resource's label for people and its path in the API."""
+        raise NotImplementedError
+
+    def changed(self, reply: dict[str, Any]) -> tuple[str, ...]:
+        """What an update changed, from the PUT's reply."""
+        raise NotImplementedError
 
     def apply(self, client: Client, dry_run: bool) -> Outcome:
-        path = f"/api/v1/view-definitions/{self.name}"
         if self.deleted:
             try:
-                client.request("GET" if dry_run else "DELETE", path)
+                client.request("GET" if dry_run else "DELETE", self.path)
             except ApiError as exc:
                 if exc.status == 404:
                     return Outcome(UNCHANGED, absent=True)
                 raise
             return Outcome(DELETED)
-        reply = client.request("PUT", path, self.body, query={"dry_run": dry_run})
-        return Outcome(reply["change"], ("structure",) if reply["structure_changed"] else ())
+        reply = client.request("PUT", self.path, self.body, query={"dry_run": dry_run})
+        return Outcome(reply["change"], self.changed(reply))
+
+
+class ViewResource(DocumentResource):
+    """A ``kind: View`` document (:mod:`jobserver.views.spec`): ``PUT
+    /api/v1/view-definitions/<package>/<View>`` with the document as the body. A view
+    must come after the views it depends on: the dry run accepts a dependency on a view
+    not stored yet, the apply in file order does not."""
+
+    def locate(self) -> tuple[str, str]:
+        name = self.body.get("name")
+        if not isinstance(name, str) or not _VIEW_NAME.match(name):
+            _refuse("name", "required: package/View, e.g. app.eci.datamart/SearchExport")
+        return f"view {name}", f"/api/v1/view-definitions/{name}"
+
+    def changed(self, reply: dict[str, Any]) -> tuple[str, ...]:
+        return ("structure",) if reply["structure_changed"] else ()
+
+
+class BatchConfigResource(DocumentResource):
+    """A ``kind: BatchConfig`` document (``name`` defaults to ``default``): PUT to
+    ``/api/v1/batches/configs/<name>``. Deleting a config keeps its batches."""
+
+    def locate(self) -> tuple[str, str]:
+        name = _name(self.body, "name", "default")
+        return f"batch config {name}", f"/api/v1/batches/configs/{name}"
+
+    def changed(self, reply: dict[str, Any]) -> tuple[str, ...]:
+        return tuple(reply["changed"])
 
 
 def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
@@ -192,7 +222,8 @@ def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
 KINDS: dict[str, Callable[[dict[str, Any]], Resource]] = {"Schedule": ScheduleResource,
                                                           "Dataset": DatasetResource,
                                                           "Consumer": ConsumerResource,
-                                                          "View": ViewResource}
+                                                          "View": ViewResource,
+                                                          "BatchConfig": BatchConfigResource}
 
 
 class Problem(NamedTuple):

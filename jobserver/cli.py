@@ -5,7 +5,8 @@ commands talk to the API with ``--url``/``JOBSERVER_URL`` and
 ``--token``/``JOBSERVER_TOKEN`` (falling back to the config and the token file that
 ``jobserver cluster`` writes). Exit codes: 0 success, 1 the API refused, 2 bad usage
 or configuration, 3 a node stopped without draining, 4 a node gave up because one of
-its background loops died (``jobserver.serve``).
+its background loops died (``jobserver.serve``); ``batch run`` has its own
+(``jobserver.cli_batches``: 3 is a FAILED stage there).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobserver import cli_datasets, cli_materialize, cli_schedules, cli_tokens
+from jobserver import cli_batches, cli_datasets, cli_materialize, cli_schedules, cli_tokens
 from jobserver.config import CONFIG_ENV, Config, load_config
 from jobserver.exceptions import ConfigError, JobServerError
 from jobserver.logs import FORMATS, default_format, setup_logging
@@ -64,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
         command = sub.add_parser(action, help=f"{action} a job")
         command.add_argument("id", type=int)
     apply = sub.add_parser("apply", help="create, update or delete the resources of a YAML "
-                                         "file (schedules, datasets, views); --dry-run shows what "
+                                         "file (schedules, datasets, views, batch configs); "
+                                         "--dry-run shows what "
                                          "would change")
     apply.add_argument("file", help="YAML documents with a kind each, or - for stdin")
     apply.add_argument("--dry-run", action="store_true", help="change nothing")
@@ -75,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_schedules.add_parser(sub, _client_options)
     cli_datasets.add_parser(sub, _client_options)
     cli_materialize.add_parser(sub, _client_options)
+    cli_batches.add_parser(sub, _client_options)
     return parser
 
 
@@ -194,6 +197,8 @@ def _client_command(args: argparse.Namespace) -> int:
         return cli_datasets.run(args, client)
     if args.command in ("materialize", "invalidate", "views"):
         return cli_materialize.run(args, client)
+    if args.command == "batch":
+        return cli_batches.run(args, client)
     if args.command == "apply":
         from jobserver.apply import run
 

@@ -17,6 +17,7 @@ import os
 import shutil
 import threading
 from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -270,6 +271,7 @@ class StoreCollector:
         yield dead
         yield from self._consumers()
         yield self._views()
+        yield from self._batches()
 
     def _views(self) -> Metric:
         """View partitions per scheduling state (every state, 0 included)."""
@@ -307,6 +309,28 @@ class StoreCollector:
         yield lag
         yield processed
         yield failed
+
+
+    def _batches(self) -> Iterator[Metric]:
+        """Per system and location: the newest business date whose batch is SUCCESS
+        (as a Unix time, midnight UTC) and the batches after it not SUCCESS yet."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        labels = ("system", "location")
+        newest = GaugeMetricFamily("jobserver_batch_newest_success_date",
+                                   "Newest business date whose batch is SUCCESS, as a Unix "
+                                   "time (midnight UTC); absent before the first",
+                                   labels=labels)
+        lag = GaugeMetricFamily("jobserver_batch_lag_periods",
+                                "Batches (business dates) after the newest SUCCESS one that "
+                                "are not SUCCESS yet", labels=labels)
+        for system, location, best, behind in self._store.batches.progress():
+            if best is not None:
+                midnight = datetime(best.year, best.month, best.day, tzinfo=timezone.utc)
+                newest.add_metric((system, location), midnight.timestamp())
+            lag.add_metric((system, location), behind)
+        yield newest
+        yield lag
 
 
 def exposition(store: Any, dead_after: float, local_registry: Any) -> tuple[bytes, str]:

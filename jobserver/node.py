@@ -29,6 +29,7 @@ from jobserver.logs import job_fields
 from jobserver.loops import FailureMark, Loop, LoopDeath, Periodic, Supervisor
 from jobserver.metrics import NodeMetrics, multiprocess
 from jobserver.retrying import retry
+from jobserver.batches.tracker import BatchTracker
 from jobserver.planner import PlannerSeat
 from jobserver.runner import Runner
 from jobserver.datasets.feed import NewPartitions
@@ -133,9 +134,12 @@ class Node:
                                     locks=self.locks, runner=self.runner,
                                     presence=lambda: self._presence)
         self.scheduler: Scheduler = create_scheduler(self.ctx)
-        self._seat = PlannerSeat(self.scheduler, self.locks, self.ctx.stopping)
+        # One seat for every planner loop: in distributed mode it holds the planner lock.
+        self.seat = PlannerSeat(self.scheduler, self.locks, self.ctx.stopping)
         self.schedules = self._schedule_evaluator()
         self.view_listeners, self.views = self._view_tracker()
+        self.batches = BatchTracker(self.store, self.seat, self._policy(),
+                                    stopping=self.ctx.stopping)
         self._presence: Lease | None = None
         self._heartbeat = Periodic("heartbeat", config.server.heartbeat_interval,
                                    self.heartbeat)
@@ -158,9 +162,9 @@ class Node:
         seat; it stops with claiming, at the start of a drain."""
         if not self.config.schedules.enabled:
             return None
-        evaluator = ScheduleEvaluator(self.store, self._seat, self.config.schedules,
-                                      self._policy(), self.metrics.schedules,
-                                      stopping=self.ctx.stopping,
+        evaluator = ScheduleEvaluator(self.store, self.seat, self.config.schedules,
+                                      self._policy(),
+                                      self.metrics.schedules, stopping=self.ctx.stopping,
                                       release=self._release_launched)
         evaluator.partition_feeds.append(NewPartitions(self.store))
         return evaluator
@@ -176,7 +180,7 @@ class Node:
         if not self.config.views.enabled:
             return None, None
         listeners = ViewListeners.from_config(self.config, self.metrics)
-        tracker = ViewTracker(self.store, self._seat, self.config.views,
+        tracker = ViewTracker(self.store, self.seat, self.config.views,
                               Materializer(self.store, self._policy(),
                                            data_root=self.config.views_root),
                               publish=listeners.publish, stopping=self.ctx.stopping)
@@ -226,6 +230,7 @@ class Node:
         if self.views is not None and self.view_listeners is not None:
             self.view_listeners.start()
             self.views.start()
+        self.batches.start()
         self.supervisor.watch(*self.loops())
         log.info("node %s started in %s mode with %s lock backend", self.id,
                  self.config.scheduler.mode.value, self.config.lock.backend)
@@ -233,7 +238,8 @@ class Node:
     def loops(self) -> list[Loop]:
         """Every background loop of this node and of its parts."""
         wake = [self._listener] if self._listener is not None else []
-        planners = [loop for loop in (self.schedules, self.views) if loop is not None]
+        planners: list[Loop] = [self.batches]
+        planners += [loop for loop in (self.schedules, self.views) if loop is not None]
         view_listeners = self.view_listeners.loops() if self.view_listeners else []
         return [self._heartbeat, self._scheduling, *wake, *planners, *self.runner.loops(),
                 *self.locks.loops(), *self.listeners.loops(), *view_listeners]
@@ -362,7 +368,8 @@ class Node:
         self._closed.set()
         # A thread waiting on an unreachable lock service would hold the stop up.
         self.locks.abort_waits()
-        for loop in (self._heartbeat, self._scheduling, self.schedules, self.views):
+        for loop in (self._heartbeat, self._scheduling, self.schedules, self.views,
+                     self.batches):
             if loop is not None:
                 loop.stop()
                 loop.join(5)

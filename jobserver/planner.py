@@ -46,7 +46,7 @@ class PlannerSeat:
     def _take(self, wait: float) -> Lease | None:
         if self._own is not None and self._own.is_valid():
             return self._own
-        self.release()
+        self._release()
         lease = self._locks.acquire(PLANNER_LOCK, blocking=True, timeout=wait)
         if lease is None:
             return None
@@ -59,6 +59,10 @@ class PlannerSeat:
 
     def release(self) -> None:
         """Let go of the planner lock, if this seat holds it."""
+        with self._lock:
+            self._release()
+
+    def _release(self) -> None:
         own, self._own = self._own, None
         if own is not None:
             own.release()

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from jobserver.store import Store
+from jobserver.batches.tables import batch_configs, batch_runs, batch_stages, batches
 from jobserver.datasets.tables import datasets, partitions
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
 from jobserver.store.tables import (api_tokens, epochs, events, feed_cursors, jobs, servers,
@@ -88,9 +89,12 @@ def _empty(store: Store) -> None:
             conn.exec_driver_sql("TRUNCATE jobs, steps, job_events, servers, lock_epochs, "
                                  "api_tokens, feed_cursors, schedules, schedule_jobs, "
                                  "schedule_evaluations, schedule_watches, datasets, partitions, "
-                                 "views, view_partitions, view_events "
+                                 "views, view_partitions, view_events, "
+                                 "batch_configs, batches, batch_stages, batch_runs "
                                  "RESTART IDENTITY CASCADE")
         else:
+            for table in (batch_runs, batch_stages, batches, batch_configs):
+                conn.execute(table.delete())
             for table in (events, steps, jobs, servers, epochs, api_tokens, feed_cursors,
                           watches, evaluations, schedule_jobs, schedules, partitions,
                           datasets, view_events, view_partitions, views):

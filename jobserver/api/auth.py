@@ -66,6 +66,16 @@ ENDPOINT_SCOPES: dict[str, str] = {
     "views.materialize_path": SUBMIT,
     "views.delete_view_definition": OPERATE,
     "views.invalidate": OPERATE,
+    "batches.list_batches": READ,
+    "batches.batch_audit": READ,
+    "batches.get_batch_run": READ,
+    "batches.list_batch_configs": READ,
+    "batches.get_batch_config": READ,
+    # A run launches the config's stage jobs; the config's shell steps were checked
+    # against the scopes of whoever put it (like a schedule's template).
+    "batches.run_batches": SUBMIT,
+    "batches.put_batch_config": SUBMIT,
+    "batches.delete_batch_config": OPERATE,
     "cluster.cluster": READ,
     "metrics.metrics": READ,
     "openapi.openapi_json": READ,

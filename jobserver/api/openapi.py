@@ -247,6 +247,9 @@ def _paths() -> dict[str, Any]:
 def document() -> dict[str, Any]:
     # Imported here: the schedules' part of the document is built from this module's
     # helpers.
+    from jobserver.batches import openapi as batches
+    from jobserver.batches.planner import RunRequest
+    from jobserver.batches.spec import BatchConfigSpec
     from jobserver.datasets import consumer_openapi as consumers
     from jobserver.datasets import openapi as datasets
     from jobserver.datasets.consumer_spec import ConsumerSpec
@@ -258,19 +261,21 @@ def document() -> dict[str, Any]:
 
     _, schemas = models_json_schema([(JobSpec, "validation"), (ScheduleSpec, "validation"),
                                      (DatasetSpec, "validation"),
-                                     (ConsumerSpec, "validation"), (ViewSpec, "validation")],
-                                    ref_template=REF)
+                                     (ConsumerSpec, "validation"), (ViewSpec, "validation"),
+                                     (BatchConfigSpec, "validation"),
+                                     (RunRequest, "validation")], ref_template=REF)
     components = dict(schemas.get("$defs", {}))
     components.update(Step=STEP, Job=JOB, Event=EVENT, Node=NODE, Error=ERROR)
     components.update(schedules.schemas(components))
     components.update(datasets.schemas(components))
     components.update(consumers.schemas(components))
     components.update(views.schemas(components))
+    components.update(batches.schemas(components))
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobserver", "version": __version__},
         "paths": {**_paths(), **schedules.paths(), **datasets.paths(),
-                  **consumers.paths(), **views.paths()},
+                  **consumers.paths(), **views.paths(), **batches.paths()},
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (
                 "A token from api.tokens (every scope) or from `jobserver token create` "

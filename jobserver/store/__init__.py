@@ -5,7 +5,8 @@ the API does), ``runs`` (what schedulers and runners do), ``servers`` (nodes and
 heartbeats), ``epochs`` (fence counters for lock backends), ``tokens`` (API
 tokens), ``schedules`` (the schedule catalog users change, see
 :mod:`jobserver.schedules.catalog`), ``datasets``, ``partitions`` and ``consumers`` (see
-:mod:`jobserver.datasets`), ``views`` (see :mod:`jobserver.views.store`).
+:mod:`jobserver.datasets`), ``views`` (see :mod:`jobserver.views.store`), ``batch_configs``
+and ``batches`` (see :mod:`jobserver.batches`).
 
 Every statement runs inside :class:`Transactions`, whose context managers raise
 :class:`~jobserver.exceptions.StoreError` (and its kinds, see
@@ -98,6 +99,9 @@ class Transactions:
 class Store:
     def __init__(self, url: str, pool_size: int = 5, notify: bool = True,
                  stall_timeout: float | None = None) -> None:
+        from jobserver.batches.audit import BatchAudit
+        from jobserver.batches.catalog import BatchConfigCatalog
+        from jobserver.batches.store import BatchStore
         from jobserver.datasets.catalog import DatasetCatalog
         from jobserver.datasets.consumers import ConsumerCatalog
         from jobserver.datasets.partitions import PartitionRepository
@@ -122,6 +126,9 @@ class Store:
         self.partitions = PartitionRepository(self.tx, self.datasets)
         self.consumers = ConsumerCatalog(self.tx, self.datasets)
         self.views = ViewRepository(self.tx)
+        self.batch_configs = BatchConfigCatalog(self.tx)
+        self.batches = BatchStore(self.tx)
+        self.batch_audit = BatchAudit(self.tx, self.batches)
 
     @property
     def dialect(self) -> str:

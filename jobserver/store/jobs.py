@@ -284,28 +284,33 @@ class JobRepository:
         (:attr:`Operation.accepted_from`); the audit writer checks each change it
         records against the table as well."""
         with self._tx.write() as conn:
-            query = select(jobs.c.state).where(jobs.c.id == job_id)
-            if self._tx.dialect == "postgresql":
-                query = query.with_for_update()
-            current = conn.execute(query).scalar()
-            if current is None:
-                raise NotFound(f"job {job_id} does not exist", {"job_id": job_id})
-            current = State(current)
-            if current not in operation.accepted_from:
-                raise IllegalTransition(current.value, operation.target.value)
-            if operation in (Operation.RESUME, Operation.RERUN):
-                recount(conn, job_id)
-            conn.execute(update(jobs).where(jobs.c.id == job_id)
-                         .values(**_job_values(operation)))
-            changed = _reset_steps(conn, job_id, operation)
-            _settle_inputs(conn, job_id, operation)
-            if operation.target is State.READY:
-                self._tx.notify(conn)
-            record_events(conn, [
-                AuditEvent(job_id, current, operation.target, message=operation.value)]
-                + [AuditEvent(job_id, old, new, name, message=operation.value)
-                   for name, old, new in changed])
-            return self._get(conn, job_id)
+            return self.apply_in(conn, job_id, operation)
+
+    def apply_in(self, conn: Connection, job_id: int, operation: Operation) -> JobRecord:
+        """:meth:`apply` in the caller's transaction (a planner that changes its own
+        rows with the job's: a batch stage resumed from its failed step)."""
+        query = select(jobs.c.state).where(jobs.c.id == job_id)
+        if self._tx.dialect == "postgresql":
+            query = query.with_for_update()
+        current = conn.execute(query).scalar()
+        if current is None:
+            raise NotFound(f"job {job_id} does not exist", {"job_id": job_id})
+        current = State(current)
+        if current not in operation.accepted_from:
+            raise IllegalTransition(current.value, operation.target.value)
+        if operation in (Operation.RESUME, Operation.RERUN):
+            recount(conn, job_id)
+        conn.execute(update(jobs).where(jobs.c.id == job_id)
+                     .values(**_job_values(operation)))
+        changed = _reset_steps(conn, job_id, operation)
+        _settle_inputs(conn, job_id, operation)
+        if operation.target is State.READY:
+            self._tx.notify(conn)
+        record_events(conn, [
+            AuditEvent(job_id, current, operation.target, message=operation.value)]
+            + [AuditEvent(job_id, old, new, name, message=operation.value)
+               for name, old, new in changed])
+        return self._get(conn, job_id)
 
 
 def _insert_values(spec: JobSpec, dependencies: list[list[str]], idempotency_key: str | None,

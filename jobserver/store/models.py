@@ -297,3 +297,4 @@ class ApiTokenRow(Base):
 from jobserver.schedules import tables as _schedule_tables  # noqa: E402,F401
 from jobserver.datasets import tables as _dataset_tables  # noqa: E402,F401
 from jobserver.views import tables as _view_tables  # noqa: E402,F401
+from jobserver.batches import tables as _batch_tables  # noqa: E402,F401

@@ -1,0 +1,177 @@
+"""``jobserver batch run|status|audit``: client commands over the batch API.
+
+``batch run`` asks the cluster to run a system's stage (or every stage) for its new
+business dates and waits, printing each stage as it starts and ends. Exit codes:
+0 the run succeeded (or had nothing to do), 2 bad input (unknown system, location or
+stage, a stage not mapped to the system, a business date after the watermark: nothing
+was stored), 3 a stage FAILED (the run stopped there; running ``batch run`` again
+reruns it), 1 another error of the API. With ``--no-wait`` it exits 0 once the run is
+planned. SIGTERM or Ctrl-C stops the waiting only (exit 143 or 130): the run goes on in
+the cluster — the tracker, not this command, moves it on and sets the stages' statuses
+from their engine jobs, so killing this command never leaves a stage RUNNING for ever.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Callable
+from datetime import date
+from typing import Any
+
+from jobserver.cli_views import table
+from jobserver.client import ApiError, Client
+from jobserver.exceptions import ConfigError
+
+EXIT_OK, EXIT_API, EXIT_BAD_INPUT, EXIT_FAILED = 0, 1, 2, 3
+EXIT_SIGTERM, EXIT_INTERRUPT = 143, 130
+STATUSES = ("NOT_STARTED", "RUNNING", "SUCCESS", "FAILED")
+
+
+def add_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], None]) -> None:
+    batch = sub.add_parser("batch", help="run batches; show the control table and the "
+                                         "runtime audit (configs: apply kind BatchConfig)")
+    actions = batch.add_subparsers(dest="batch_action", required=True)
+    run = actions.add_parser("run", help="run a system's stage for its new business dates "
+                                         "and wait (exit 0 success, 2 bad input, 3 failed)")
+    _filters(run, required=True)
+    run.add_argument("--stage", help="the stage (default: every stage of the system)")
+    run.add_argument("--context", action="append", default=[], metavar="NAME=VALUE")
+    run.add_argument("--business-date", type=_date, help="run this business date only")
+    run.add_argument("--watermark", type=_date, help="the source's newest business date "
+                                                     "(systems with watermark {given: true})")
+    run.add_argument("--no-wait", action="store_true", help="exit once the run is planned")
+    run.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
+    status = actions.add_parser("status", help="the control table, newest first")
+    audit = actions.add_parser("audit", help="the runtime audit: batch, stage and job rows")
+    for command in (status, audit):
+        _filters(command, required=False)
+        command.add_argument("--from", dest="since", type=_date)
+        command.add_argument("--to", dest="until", type=_date)
+        command.add_argument("--limit", type=int, default=50)
+    status.add_argument("--status", choices=STATUSES)
+    audit.add_argument("--stage")
+    audit.add_argument("--work-unit", choices=("batch", "stage", "job"))
+    for command in (run, status, audit):
+        client_options(command)
+
+
+def _filters(command: argparse.ArgumentParser, required: bool) -> None:
+    command.add_argument("--system", required=required)
+    command.add_argument("--location", required=required)
+
+
+def _date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
+
+
+def context_of(pairs: list[str]) -> dict[str, str]:
+    context = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name or not value:
+            raise ConfigError(f"--context {pair!r}: expected NAME=VALUE")
+        context[name] = value
+    return context
+
+
+def run(args: argparse.Namespace, client: Client) -> int:
+    if args.batch_action == "run":
+        return run_command(args, client)
+    query = {"system": args.system, "location": args.location, "from": args.since,
+             "to": args.until, "limit": args.limit}
+    if args.batch_action == "status":
+        page = client.request("GET", "/api/v1/batches", query=dict(query, status=args.status))
+        print(batches_view(page["batches"]))
+    else:
+        page = client.request("GET", "/api/v1/batches/audit", query=dict(
+            query, stage=args.stage, work_unit=args.work_unit))
+        print(audit_view(page["audit"]))
+    return EXIT_OK
+
+
+def run_command(args: argparse.Namespace, client: Client) -> int:
+    body = {"system": args.system, "location": args.location, "stage": args.stage,
+            "context": context_of(args.context),
+            "business_date": args.business_date.isoformat() if args.business_date else None,
+            "watermark": args.watermark.isoformat() if args.watermark else None}
+    try:
+        planned = client.request("POST", "/api/v1/batches/run", body)
+    except ApiError as exc:
+        if exc.status not in (400, 422):
+            raise
+        print(f"jobserver: {exc.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if planned["status"] == "NOTHING":
+        print(planned["message"])
+        return EXIT_OK
+    print(f"batch run {planned['id']}: {len(planned['plan'])} stage run(s) planned")
+    if args.no_wait:
+        return EXIT_OK
+    return _wait(client, planned, args.interval)
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _terminated(_signum: int, _frame: object) -> None:
+    raise _Terminated
+
+
+def _wait(client: Client, run: dict[str, Any], interval: float) -> int:
+    """Poll the run until it ends, printing each item as the run reaches it."""
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    shown = -1
+    try:
+        while True:
+            if run["position"] != shown and run["position"] < len(run["plan"]):
+                shown = run["position"]
+                item = run["plan"][shown]
+                print(f"[{shown + 1}/{len(run['plan'])}] {item['business_date']} "
+                      f"{item['stage']}: running", flush=True)
+            if run["status"] != "RUNNING":
+                return _ended(run)
+            time.sleep(interval)
+            run = client.request("GET", f"/api/v1/batches/runs/{run['id']}")
+    except (_Terminated, KeyboardInterrupt) as exc:
+        print(f"stopped waiting; batch run {run['id']} goes on in the cluster "
+              f"(jobserver batch status --system {run['system']})", file=sys.stderr)
+        return EXIT_SIGTERM if isinstance(exc, _Terminated) else EXIT_INTERRUPT
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _ended(run: dict[str, Any]) -> int:
+    if run["status"] == "SUCCESS":
+        print(f"batch run {run['id']}: SUCCESS ({len(run['plan'])} stage run(s))")
+        return EXIT_OK
+    print(f"batch run {run['id']}: {run['status']}: {run['message']}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def batches_view(batches: list[dict[str, Any]]) -> str:
+    rows = [("ID", "SYSTEM", "LOCATION", "BUSINESS DATE", "CONTEXT", "STATUS", "STAGES")]
+    for batch in batches:
+        context = ",".join(f"{k}={v}" for k, v in sorted(batch["context"].items())) or "-"
+        stages = " ".join(f"{s['stage']}={s['status']}" for s in batch["stages"])
+        rows.append((str(batch["id"]), batch["system"], batch["location"],
+                     batch["business_date"], context, batch["status"], stages))
+    return table(rows) if batches else "(no batches)"
+
+
+def audit_view(rows: list[dict[str, Any]]) -> str:
+    lines = [("INSTANCE", "UNIT", "NAME", "STATUS", "START", "END", "CPU MS", "RECORDS OUT",
+              "MESSAGE")]
+    for row in rows:
+        metrics = row["metrics"]
+        lines.append((row["instance_id"], row["work_unit"], row["work_unit_name"],
+                       row["status"], row["start_time"] or "-", row["end_time"] or "-",
+                       str(metrics.get("cpu_milliseconds", "-")),
+                       str(metrics.get("records_out", "-")), (row["message"] or "")[:60]))
+    return table(lines) if rows else "(no audit rows)"

@@ -28,7 +28,8 @@ class PlannerSeat:
         self._locks = locks
         self._stopping = stopping
         self._own: Lease | None = None  # distributed mode: the planner lock held here
-        # Several planner loops (schedules, views) share one seat: one takes the lock.
+        # Several planner loops (schedules, views, batches) share one seat: one takes
+        # the lock.
         self._taking = threading.Lock()
 
     def lease(self, wait: float) -> Lease | None:
@@ -59,7 +60,7 @@ class PlannerSeat:
 
     def release(self) -> None:
         """Let go of the planner lock, if this seat holds it."""
-        with self._lock:
+        with self._taking:
             self._release()
 
     def _release(self) -> None:

@@ -85,7 +85,27 @@ ROUTES = [("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("get", "/api/v1/jo
     (m, "/api/v1/datasets/default/nightly/partitions") for m in ("get", "post", "delete")] + [
     ("get", "/api/v1/datasets/default/nightly/consumers"),
     ("post", "/api/v1/datasets/default/nightly/consumers/c1/reset-failed")] + [
-    (m, "/api/v1/datasets/default/nightly/consumers/c1") for m in ("get", "put", "delete")]
+    (m, "/api/v1/datasets/default/nightly/consumers/c1") for m in ("get", "put", "delete")] + [
+    ("get", "/api/v1/view-definitions"), ("post", "/api/v1/views/materialize"),
+    ("get", "/api/v1/materialize/app.pkg/Sales"), ("post", "/api/v1/views/invalidate"),
+    ("get", "/api/v1/views")] + [
+    (m, "/api/v1/view-definitions/app.pkg/Sales") for m in ("get", "put", "delete")] + [
+    ("get", "/api/v1/batches"), ("get", "/api/v1/batches/audit"),
+    ("post", "/api/v1/batches/run"), ("get", "/api/v1/batches/runs/7"),
+    ("get", "/api/v1/batches/configs")] + [
+    (m, "/api/v1/batches/configs/nightly") for m in ("get", "put", "delete")]
+#: A concrete path of ROUTES in OpenAPI's spelling.
+TEMPLATES = {"/default/nightly": "/{namespace}/{name}", "/consumers/c1": "/consumers/{consumer}",
+             "/view-definitions/app.pkg/Sales": "/view-definitions/{package}/{view}",
+             "/materialize/app.pkg/Sales": "/materialize/{pattern}",
+             "/configs/nightly": "/configs/{name}", "/runs/7": "/runs/{run_id}",
+             "/jobs/1": "/jobs/{job_id}"}
+
+
+def templated(path: str) -> str:
+    for concrete, template in TEMPLATES.items():
+        path = path.replace(concrete, template)
+    return path
 
 
 @pytest.mark.parametrize("method,path", ROUTES)
@@ -403,14 +423,12 @@ def test_openapi_documents_every_route_and_resolves_refs(api: Api) -> None:
     doc = client.get("/api/v1/openapi.json", headers=auth).get_json()
     assert doc["openapi"] == "3.1.0"
     assert {"JobSpec", "Job", "Error"} <= set(doc["components"]["schemas"])
-    expected = {(m, p.replace("/1", "/{job_id}").replace("/default/nightly",
-                                                          "/{namespace}/{name}")
-                 .replace("/consumers/c1", "/consumers/{consumer}"))
-                for m, p in ROUTES} | {("get", "/healthz")}
+    expected = {(m, templated(p)) for m, p in ROUTES} | {("get", "/healthz")}
     served = set()  # every route the app really serves, in OpenAPI's spelling
     for rule in client.application.url_map.iter_rules():
-        path = re.sub(r"<int[^>]*:job_id>", "{job_id}", rule.rule)
-        path = re.sub(r"<(namespace|name|consumer)>", r"{\1}", path)
+        path = re.sub(r"<int[^>]*:(job_id|run_id)>", r"{\1}", rule.rule)
+        path = re.sub(r"<(?:path:)?(namespace|name|consumer|package|view|pattern)>", r"{\1}",
+                      path)
         choices = re.search(r"<any\(([^)]*)\):action>", path)
         for option in choices.group(1).split(", ") if choices else [None]:
             served |= {(m.lower(), path.replace(choices.group(0), option) if option else path)

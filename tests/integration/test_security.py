@@ -71,7 +71,25 @@ ROUTE_SCOPES = {("get", "/api/v1/jobs"): "read", ("post", "/api/v1/jobs"): "subm
                 ("put", "/api/v1/datasets/default/nightly/consumers/c1"): "submit",
                 ("delete", "/api/v1/datasets/default/nightly/consumers/c1"): "operate",
                 ("post", "/api/v1/datasets/default/nightly/consumers/c1/reset-failed"):
-                    "operate"}
+                    "operate",
+                # A view definition is a job template: saving one, and materializing
+                # (which submits its jobs), need submit; deleting and invalidating operate.
+                ("get", "/api/v1/view-definitions"): "read",
+                ("get", "/api/v1/view-definitions/app.pkg/Sales"): "read",
+                ("put", "/api/v1/view-definitions/app.pkg/Sales"): "submit",
+                ("delete", "/api/v1/view-definitions/app.pkg/Sales"): "operate",
+                ("post", "/api/v1/views/materialize"): "submit",
+                ("get", "/api/v1/materialize/app.pkg/Sales"): "submit",
+                ("post", "/api/v1/views/invalidate"): "operate",
+                ("get", "/api/v1/views"): "read",
+                # Batch configs as view definitions; a run launches stage jobs: submit.
+                ("get", "/api/v1/batches"): "read", ("get", "/api/v1/batches/audit"): "read",
+                ("post", "/api/v1/batches/run"): "submit",
+                ("get", "/api/v1/batches/runs/7"): "read",
+                ("get", "/api/v1/batches/configs"): "read",
+                ("get", "/api/v1/batches/configs/nightly"): "read",
+                ("put", "/api/v1/batches/configs/nightly"): "submit",
+                ("delete", "/api/v1/batches/configs/nightly"): "operate"}
 
 
 def bearer(secret: str) -> dict[str, str]:

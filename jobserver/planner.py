@@ -1,7 +1,7 @@
 """The planner seat: which lease a node's planner loops act under, if any.
 
-Planner loops that act on their own (the schedule evaluator; later, retention) run on
-exactly one node at a time, and fence every write with the lease that makes it that
+Planner loops that act on their own (the schedule evaluator, the trackers of view and
+batch jobs; :class:`PlannerLoop`) run on exactly one node at a time, and fence every write with the lease that makes it that
 node: in ``single`` mode the global lock the active scheduler holds, in ``leader``
 mode the leadership, in ``distributed`` mode (where every node schedules) a lock of
 their own, :data:`PLANNER_LOCK`, which the seat takes and holds itself.
@@ -13,6 +13,8 @@ import logging
 import threading
 
 from jobserver.config import SchedulerMode
+from jobserver.exceptions import TRANSIENT, FencedOff
+from jobserver.loops import Loop
 from locks.base import Lease, LockBackend
 from schedulers.base import Scheduler
 
@@ -67,3 +69,56 @@ class PlannerSeat:
         own, self._own = self._own, None
         if own is not None:
             own.release()
+
+
+class PlannerLoop(Loop):
+    """A planner loop (the schedule evaluator, the trackers of view and batch jobs):
+    rounds on the node holding the planner seat, each under the seat's lease.
+
+    A round (:meth:`round`) fences its writes with the lease and returns how long to
+    wait before the next one; :attr:`wake` cuts that wait short. A round refused by
+    the fence lets go of the seat (the lock backend has not told this node yet that
+    the lease is gone; until it does, the seat hands out the same lease: wait, not
+    spin); a round that failed on a transient store error is tried again after
+    ``poll_interval``. The seat is released when the loop stops.
+    """
+
+    def __init__(self, name: str, seat: PlannerSeat | None, poll_interval: float,
+                 stopping: threading.Event | None = None) -> None:
+        super().__init__(name, stopping=stopping)
+        self._seat = seat
+        self.poll_interval = poll_interval
+        self.wake = threading.Event()
+
+    def stop(self) -> None:
+        super().stop()
+        self.wake.set()
+
+    def round(self, lease: Lease) -> float:
+        """One round under ``lease``; the seconds to wait before the next (0: at once)."""
+        raise NotImplementedError
+
+    def run(self) -> None:
+        seat = self._seat
+        if seat is None:
+            raise RuntimeError(f"{self.name}: a planner loop runs only with a planner seat")
+        while not self.stopping.is_set():
+            try:
+                lease = seat.lease(self.poll_interval)
+                if lease is None:
+                    continue
+                wait = self.round(lease)
+            except FencedOff as exc:
+                log.warning("%s: fenced off: %s", self.name, exc)
+                seat.release()
+                self.stopping.wait(self.poll_interval)
+                continue
+            except TRANSIENT as exc:
+                log.warning("%s: a round failed (%s: %s); will retry", self.name,
+                            type(exc).__name__, exc)
+                self.stopping.wait(self.poll_interval)
+                continue
+            if wait > 0:
+                self.wake.wait(wait)
+                self.wake.clear()
+        seat.release()

@@ -10,23 +10,27 @@ A stage's status is derived from its job, never from the process that asked for 
 run: a ``batch run`` command killed mid-stage leaves the stage to the engine, and a
 node killed mid-stage is the engine's to rescue (the job is re-queued on another
 node, or ends ERROR when its step is not retryable). Either way the job ends, and the
-stage with it: never RUNNING for ever. Every write is a compare-and-set, so a round
-cut short by a failover is done again by the next holder without launching twice.
+stage with it: never RUNNING for ever. A round's transaction is fenced by the planner
+seat's lease, and every write in it is a compare-and-set, so a round cut short by a
+failover is done again by the next holder without launching twice.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from contextlib import AbstractContextManager
 from typing import Any
+
+from sqlalchemy import Connection
 
 from jobserver.batches.planner import advance
 from jobserver.batches.spec import BatchConfig, load_spec
-from jobserver.exceptions import TRANSIENT
-from jobserver.loops import Loop
-from jobserver.planner import PlannerSeat
+from jobserver.planner import PlannerLoop, PlannerSeat
 from jobserver.spec import Policy
 from jobserver.store import Store
+from jobserver.store.epochs import fenced
+from locks.base import Lease
 
 log = logging.getLogger(__name__)
 
@@ -34,29 +38,22 @@ log = logging.getLogger(__name__)
 INTERVAL = 0.5
 
 
-class BatchTracker(Loop):
+class BatchTracker(PlannerLoop):
     def __init__(self, store: Store, seat: PlannerSeat | None, policy: Policy,
                  interval: float = INTERVAL, stopping: threading.Event | None = None) -> None:
-        super().__init__("batch-tracker", stopping=stopping)
+        super().__init__("batch-tracker", seat, interval, stopping=stopping)
         self._store = store
-        self._seat = seat
         self._policy = policy
-        self._interval = interval
 
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            if self._seat is not None and self._seat.lease(self._interval) is None:
-                continue
-            try:
-                self.round()
-            except TRANSIENT as exc:
-                log.warning("batch tracker round failed (%s); will retry", exc)
-            self.stopping.wait(self._interval)
+    def round(self, lease: Lease) -> float:
+        self.settle(lease.key, lease.fence)
+        return self.poll_interval
 
-    def round(self) -> int:
-        """Settle finished stages and move runs on; returns the stages settled."""
+    def settle(self, key: str | None = None, fence: int | None = None) -> int:
+        """Settle finished stages and move runs on, in one transaction fenced by the
+        lease (``key``, ``fence``) when given; returns the stages settled."""
         configs = self._configs()
-        with self._store.batches.write() as conn:
+        with self._transaction(key, fence) as conn:
             settled = 0
             for done in self._store.batches.finished_stages(conn):
                 settled += self._store.batches.settle(conn, done)
@@ -64,6 +61,12 @@ class BatchTracker(Loop):
                 run = self._store.batches.run_in(conn, run_id)
                 advance(self._store, conn, configs.get(run.system), run, self._policy)
         return settled
+
+    def _transaction(self, key: str | None,
+                     fence: int | None) -> AbstractContextManager[Connection]:
+        if key is None or fence is None:  # driven by hand (tests), not from a seat
+            return self._store.batches.write()
+        return fenced(self._store.tx, key, fence, "another node tracking batches")
 
     def _configs(self) -> dict[str, BatchConfig]:
         found: dict[str, Any] = {}

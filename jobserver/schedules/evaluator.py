@@ -34,9 +34,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from jobserver.config import SchedulesConfig
-from jobserver.exceptions import TRANSIENT, FencedOff, TriggerError
-from jobserver.loops import Loop
-from jobserver.planner import PlannerSeat
+from jobserver.exceptions import TriggerError
+from jobserver.planner import PlannerLoop, PlannerSeat
 from jobserver.schedules.firing import (Facts, Outcome, check_time, constrain,
                                         launches_ahead, notify, schedule_of_key)
 from jobserver.schedules.launcher import Launcher
@@ -73,20 +72,18 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class ScheduleEvaluator(Loop):
+class ScheduleEvaluator(PlannerLoop):
     def __init__(self, store: Store, seat: PlannerSeat, config: SchedulesConfig,
                  policy: Policy, metrics: Any = None,
                  clock: Callable[[], datetime] = utcnow,
                  stopping: threading.Event | None = None,
                  release: Callable[[], None] | None = None) -> None:
-        super().__init__("schedules", stopping=stopping)
+        super().__init__("schedules", seat, config.poll_interval, stopping=stopping)
         self.store = EvaluatorStore(store.tx)
         self._launcher = Launcher(self.store, store.jobs, policy, metrics, clock)
-        self._seat = seat
         self._config = config
         self._metrics = metrics
         self._clock = clock
-        self.wake = threading.Event()
         self.partition_feeds: list[PartitionFeed] = []
         self._partitions = PartitionCounter()
         self._specs: dict[tuple[int, int], ScheduleSpec] = {}
@@ -101,38 +98,14 @@ class ScheduleEvaluator(Loop):
         self._pruned_at: datetime | None = None
         self._feed_skipped_at: datetime | None = None
 
-    def stop(self) -> None:
-        super().stop()
-        self.wake.set()
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                lease = self._seat.lease(self._config.poll_interval)
-                if lease is None:
-                    continue
-                next_due = self.evaluate(lease)
-            except FencedOff as exc:
-                # The lock backend has not told this node yet that its lease is gone;
-                # until it does, the seat hands out the same lease: wait, not spin.
-                log.warning("schedule evaluation fenced off: %s", exc)
-                self._seat.release()
-                self.stopping.wait(self._config.poll_interval)
-                continue
-            except TRANSIENT as exc:
-                log.warning("schedule evaluation failed (%s: %s); will retry",
-                            type(exc).__name__, exc)
-                self.stopping.wait(self._config.poll_interval)
-                continue
-            self._sleep_until(next_due)
-        self._seat.release()
-
-    def _sleep_until(self, next_due: datetime | None) -> None:
+    def round(self, lease: Lease) -> float:
+        """Evaluate under ``lease``; sleep until the earliest next fire or check time,
+        at most ``poll_interval``."""
+        next_due = self.evaluate(lease)
         wait = self._config.poll_interval
         if next_due is not None:
             wait = min(wait, max(0.0, (next_due - self._clock()).total_seconds()))
-        self.wake.wait(wait)
-        self.wake.clear()
+        return wait
 
     # -- one round ------------------------------------------------------------------------
     def evaluate(self, lease: Lease) -> datetime | None:

@@ -20,14 +20,14 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 
-from jobserver.exceptions import FencedOff
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
 from jobserver.store import Transactions
 from jobserver.store.bulk import json_rows, update_many
+from jobserver.store.epochs import fenced
 from jobserver.store.feed import (Cursor, FinalEvent, final_events, head_of, load_cursor,
                                   save_cursor)
 from jobserver.store.models import as_utc
-from jobserver.store.tables import epochs, jobs
+from jobserver.store.tables import jobs
 
 #: The feed cursor of the schedule evaluator's job-status triggers.
 FEED = "schedules/job_status"
@@ -130,13 +130,7 @@ class EvaluatorStore:
     def fenced(self, key: str, fence: int) -> Iterator[Connection]:
         """A write transaction that commits only while ``fence`` is the newest of
         ``key``; raises :class:`FencedOff` (writing nothing) otherwise."""
-        with self._tx.write() as conn:
-            query = select(epochs.c.epoch).where(epochs.c.key == key)
-            if self._tx.dialect == "postgresql":
-                query = query.with_for_update(read=True)
-            if conn.execute(query).scalar() != fence:
-                raise FencedOff(f"the lease {key} (fence {fence}) is no longer the newest; "
-                                "another node evaluates schedules now")
+        with fenced(self._tx, key, fence, "another node evaluating schedules") as conn:
             yield conn
 
     # -- reads ----------------------------------------------------------------------

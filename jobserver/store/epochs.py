@@ -9,9 +9,12 @@ was taken over cannot claim even before it notices the loss.
 
 from __future__ import annotations
 
-from sqlalchemy import Exists, and_, exists, insert, select, update
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from jobserver.exceptions import ConstraintViolation
+from sqlalchemy import Connection, Exists, and_, exists, insert, select, update
+
+from jobserver.exceptions import ConstraintViolation, FencedOff
 from jobserver.store import Transactions
 from jobserver.store.engine import store_now
 from jobserver.store.tables import epochs
@@ -20,6 +23,27 @@ from jobserver.store.tables import epochs
 def is_current(key: str, fence: int) -> Exists:
     """SQL condition: ``fence`` is the newest recorded fence of ``key``."""
     return exists().where(and_(epochs.c.key == key, epochs.c.epoch == fence))
+
+
+@contextmanager
+def fenced(tx: Transactions, key: str, fence: int,
+           holder: str = "another node") -> Iterator[Connection]:
+    """A write transaction that commits only while ``fence`` is the newest of ``key``
+    (a planner's lease); :class:`FencedOff` (writing nothing) otherwise.
+
+    On PostgreSQL the epoch row stays share-locked until the commit, so that a new
+    holder's fence cannot be recorded between the check and the writes; SQLite's
+    write transaction serialises them anyway. ``holder`` says who acts instead, in
+    the refusal's message.
+    """
+    with tx.write() as conn:
+        query = select(epochs.c.epoch).where(epochs.c.key == key)
+        if tx.dialect == "postgresql":
+            query = query.with_for_update(read=True)
+        if conn.execute(query).scalar() != fence:
+            raise FencedOff(f"the lease {key} (fence {fence}) is no longer the newest; "
+                            f"{holder} acts now")
+        yield conn
 
 
 class EpochRepository:

@@ -22,11 +22,11 @@ from sqlalchemy import ARRAY, Connection, String, and_, any_, bindparam, delete,
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from jobserver.exceptions import Conflict, FencedOff
+from jobserver.exceptions import Conflict
 from jobserver.store import Transactions
 from jobserver.store.engine import store_now
+from jobserver.store.epochs import fenced
 from jobserver.store.models import as_utc
-from jobserver.store.tables import epochs
 from jobserver.views.model import StoredPartition, ViewAddress, ViewState
 from jobserver.views.tables import view_events, view_partitions, views
 
@@ -241,12 +241,7 @@ class ViewRepository:
     def fenced(self, key: str, fence: int) -> Iterator[Connection]:
         """A write transaction that commits only while ``fence`` is the newest of
         ``key`` (the planner seat's lease); :class:`FencedOff` otherwise."""
-        with self._tx.write() as conn:
-            query = select(epochs.c.epoch).where(epochs.c.key == key)
-            if self.dialect == "postgresql":
-                query = query.with_for_update(read=True)
-            if conn.execute(query).scalar() != fence:
-                raise FencedOff(f"the lease {key} (fence {fence}) is no longer the newest")
+        with fenced(self._tx, key, fence, "another node tracking views") as conn:
             yield conn
 
     @contextmanager

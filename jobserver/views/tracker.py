@@ -27,11 +27,11 @@ from typing import Any
 from sqlalchemy import Connection, select, text
 
 from jobserver.config import ViewsConfig
-from jobserver.exceptions import TRANSIENT, FencedOff, JobServerError
-from jobserver.loops import Loop
-from jobserver.planner import PlannerSeat
+from jobserver.exceptions import JobServerError
+from jobserver.planner import PlannerLoop, PlannerSeat
 from jobserver.spec import validate_job
 from jobserver.store import Store
+from jobserver.store.jobs import KeyedSubmit
 from jobserver.store.feed import Cursor, FinalEvent, final_events, horizon, load_cursor, save_cursor
 from jobserver.store.models import as_utc
 from jobserver.store.tables import jobs
@@ -40,7 +40,7 @@ from jobserver.views.materialize import Materializer, job_key
 from jobserver.views.model import ViewState
 from jobserver.views.store import CasConflict, Change, address_of
 from jobserver.views.tables import view_events, view_partitions
-from jobserver.store.jobs import KeyedSubmit
+from locks.base import Lease
 
 log = logging.getLogger(__name__)
 
@@ -51,49 +51,26 @@ BATCH = 1000
 IN_FLIGHT = tuple(state.value for state in ViewState if state.in_flight)
 
 
-class ViewTracker(Loop):
+class ViewTracker(PlannerLoop):
     def __init__(self, store: Store, seat: PlannerSeat, config: ViewsConfig,
                  materializer: Materializer,
                  publish: Callable[[ViewSchedulingEvent], None] | None = None,
                  stopping: threading.Event | None = None) -> None:
-        super().__init__("views", stopping=stopping)
+        super().__init__("views", seat, config.poll_interval, stopping=stopping)
         self._store = store
-        self._seat = seat
         self._config = config
         self._materializer = materializer
         self._publish = publish
-        self.wake = threading.Event()
 
-    def stop(self) -> None:
-        super().stop()
-        self.wake.set()
+    def round(self, lease: Lease) -> float:
+        try:
+            busy = self.track(lease.key, lease.fence)
+        except CasConflict as exc:  # a request changed a row meanwhile: the next round
+            log.warning("view tracking: %s; will retry", exc)
+            return self.poll_interval
+        return 0.0 if busy else self.poll_interval
 
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                lease = self._seat.lease(self._config.poll_interval)
-                if lease is None:
-                    continue
-                busy = self.round(lease.key, lease.fence)
-            except FencedOff as exc:
-                log.warning("view tracking fenced off: %s", exc)
-                self._seat.release()
-                self.stopping.wait(self._config.poll_interval)
-                continue
-            except TRANSIENT as exc:
-                log.warning("view tracking failed (%s: %s); will retry", type(exc).__name__, exc)
-                self.stopping.wait(self._config.poll_interval)
-                continue
-            except CasConflict as exc:  # a request changed a row meanwhile: at once again
-                log.warning("view tracking failed (%s: %s); will retry", type(exc).__name__, exc)
-                self.stopping.wait(self._config.poll_interval)
-                continue
-            if not busy:
-                self.wake.wait(self._config.poll_interval)
-                self.wake.clear()
-        self._seat.release()
-
-    def round(self, key: str, fence: int) -> bool:
+    def track(self, key: str, fence: int) -> bool:
         """One round under the lease (``key``, ``fence``); True if a feed had a full
         batch (the next round follows at once)."""
         repo = self._store.views

@@ -83,7 +83,7 @@ def finish(harness: Harness, run: RunRecord, timeout: float = 30) -> RunRecord:
     tracker = BatchTracker(harness.store, None, POLICY)
 
     def done() -> RunRecord | None:
-        tracker.round()
+        tracker.settle()
         harness.claim()
         found = harness.store.batches.run(run.id)
         return found if found.status is not RunStatus.RUNNING else None

@@ -130,7 +130,7 @@ def test_the_tracker_settles_a_stage_the_engine_finished(seeded: FlaskClient,
     from jobserver.states import Operation
 
     store.jobs.apply(job_id, Operation.DISCARD)
-    BatchTracker(store, None, Policy(lambda name: False, None)).round()
+    BatchTracker(store, None, Policy(lambda name: False, None)).settle()
     batch = ok(seeded.get(BASE, headers=AUTH))["batches"][0]
     assert batch["stages"][0]["status"] == "FAILED" and batch["status"] == "FAILED"
     assert "DISCARDED" in batch["stages"][0]["message"]

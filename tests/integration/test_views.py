@@ -115,7 +115,7 @@ class World:
         return decided(outcome)
 
     def track(self) -> None:
-        self.tracker.round(self.seat.lease_.key, self.seat.lease_.fence)
+        self.tracker.track(self.seat.lease_.key, self.seat.lease_.fence)
 
     def settle(self) -> None:
         """Run every view job to its end, dependencies first, tracking as it goes."""

@@ -88,7 +88,7 @@ def tracker(store: Store, config: ViewsConfig | None = None,
 
 
 def track(view_tracker: ViewTracker, seat: SeatOf) -> None:
-    view_tracker.round(seat.lease_.key, seat.lease_.fence)
+    view_tracker.track(seat.lease_.key, seat.lease_.fence)
 
 
 def test_definition_put_is_unchanged_then_a_structure_change_resets_partitions(

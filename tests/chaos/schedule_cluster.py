@@ -39,8 +39,8 @@ SESSIONS = ("SELECT pid, client_port, application_name, state, wait_event_type, 
             "WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY pid")
 #: What a woken evaluator logs when it finds its lease superseded, and when the
 #: transaction it was stopped in was ended under it (idle_in_transaction timeout).
-FENCED_OFF_LOG = "schedule evaluation fenced off"
-FAILED_LOG = "schedule evaluation failed"
+FENCED_OFF_LOG = "schedules: fenced off"
+FAILED_LOG = "schedules: a round failed"
 
 
 def utcnow() -> datetime:

@@ -146,13 +146,15 @@ class ViewRepository:
                    view_partitions.c.row_version)
         if self.dialect == "postgresql":
             keys_param = bindparam("keys", keys, type_=ARRAY(String))
+            # fetchall: one call for the view's rows, not one fetch per row.
             yield from conn.execute(select(*columns).where(
-                view_partitions.c.view == name, view_partitions.c.key == any_(keys_param)))
+                view_partitions.c.view == name,
+                view_partitions.c.key == any_(keys_param))).all()
             return
         for start in range(0, len(keys), SQLITE_CHUNK):
             yield from conn.execute(select(*columns).where(
                 view_partitions.c.view == name,
-                view_partitions.c.key.in_(keys[start:start + SQLITE_CHUNK])))
+                view_partitions.c.key.in_(keys[start:start + SQLITE_CHUNK]))).all()
 
     def apply(self, conn: Connection, changes: list[Change]) -> None:
         """Compare-and-set every change in (view, key) order, recording an event for

@@ -14,9 +14,13 @@ partition has 7 dependencies and the lattice has about ``VIEWS × DAYS`` partiti
   dependencies'), given as a dict; instantiate and plan again, each timed. Every
   decision must be SKIP.
 
-The store read and the materialize half (submitting the jobs) are not measured here.
-Targets (the issue's): each of plan and re-plan within 5 s. Writes
-``bench/results/views[-smoke].json``.
+Then, per store (PostgreSQL, SQLite; smoke: PostgreSQL only), :mod:`bench.views_store`:
+the same lattice stored once and re-planned by a real ``materialize`` read from the
+store, end to end and phase by phase (``store_rows``); and a lattice of about 10,000
+partitions whose views are jobs of one ``noop`` step, materialized through a real
+node until every partition is MATERIALIZED (``run_rows``, partitions per second).
+Targets (the issue's): each of plan and re-plan within 5 s, the re-plan from the
+store too. Writes ``bench/results/views[-smoke].json``.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from __future__ import annotations
 import gc
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from bench.common import Options, loadavg, log, write_result
+from bench.common import Options, loadavg, log, print_table, write_result
 from jobserver.views.lattice import Lattice, instantiate
 from jobserver.views.model import (Action, Decision, Mode, StoredPartition, ViewAddress,
                                    ViewState)
@@ -40,24 +45,39 @@ WINDOW = 7
 TARGET_S = 5.0
 FIRST_DAY = date(2010, 1, 1)
 DATA_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
+STORES = ("postgres", "sqlite")
 
 
-def lattice_views(count: int) -> dict[str, ViewSpec]:
-    """``app.bench/V00`` (noop) and ``V01 …`` each reading the last 7 days of the one
-    before."""
+def shell_job(index: int) -> dict[str, Any]:
+    """The transformation of ``V<index>`` in the planning lattice (never run)."""
+    return {"job": {"steps": [{"name": "t", "type": "shell",
+                               "argv": ["sh", "-c",
+                                        f"echo V{index:02d} ${{year}}${{month}}${{day}}"]}]}}
+
+
+def lattice_bodies(count: int, source: dict[str, Any] | None = None,
+                   job: Callable[[int], dict[str, Any]] = shell_job) -> list[dict[str, Any]]:
+    """The definitions of the lattice: ``V00`` is noop (with ``source``'s extra fields,
+    e.g. its ``location``), or a job too when ``source`` is None and ``job(0)`` is
+    given by the caller; ``V01 …`` each read the last 7 days of the one before."""
     parameters = [{"name": name, "type": "string"} for name in ("year", "month", "day")]
     structure = {"fields": [{"name": "id", "type": "bigint"}]}
+    first: dict[str, Any] = {"transformation": "noop", **(source or {})}
     bodies: list[dict[str, Any]] = [{"name": "app.bench/V00", "parameters": parameters,
-                                     "structure": structure, "transformation": "noop"}]
+                                     "structure": structure, **first}]
     for index in range(1, count):
         bodies.append({
             "name": f"app.bench/V{index:02d}", "parameters": parameters,
             "structure": structure,
             "dependencies": [{"view": f"app.bench/V{index - 1:02d}", "days": {"last": WINDOW}}],
-            "transformation": {"job": {"steps": [{
-                "name": "t", "type": "shell",
-                "argv": ["sh", "-c", f"echo V{index:02d} ${{year}}${{month}}${{day}}"]}]}}})
-    specs = [parse_view(body) for body in bodies]
+            "transformation": job(index)})
+    return bodies
+
+
+def lattice_views(count: int) -> dict[str, ViewSpec]:
+    """``app.bench/V00`` (noop) and ``V01 …`` each reading the last 7 days of the one
+    before."""
+    specs = [parse_view(body) for body in lattice_bodies(count)]
     validate_views(specs)
     return {spec.name: spec for spec in specs}
 
@@ -98,9 +118,8 @@ def timed_plan(views: dict[str, ViewSpec], wanted: list[ViewAddress],
             time.process_time() - cpu)
 
 
-def run(opts: Options, views: int | None = None, days: int | None = None) -> list[dict]:
-    views = views or opts.scale(*VIEWS)
-    days = days or opts.scale(*DAYS)
+def pure_row(views: int, days: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Plan and re-plan in memory: the row, and the actions of each plan."""
     specs = lattice_views(views)
     wanted = addresses(f"app.bench/V{views - 1:02d}", days)
     lattice, decisions, inst_s, plan_s, plan_cpu = timed_plan(specs, wanted, {})
@@ -125,6 +144,28 @@ def run(opts: Options, views: int | None = None, days: int | None = None) -> lis
                   and row["replan_all_skip"] else "NO")
     log(f"views: {total:,} partitions, {edges:,} edges; first plan {dict(first)}; "
         f"re-plan {dict(second)}")
+    return row, {"first_plan": dict(first), "replan": dict(second)}
+
+
+def run(opts: Options, views: int | None = None, days: int | None = None,
+        stores: list[str] | None = None, run_size: tuple[int, int] | None = None
+        ) -> list[dict]:
+    """The pure plan and re-plan, then per store (smoke: PostgreSQL only) the re-plan
+    from the store and the run of no-op view jobs."""
+    from bench.views_store import run_rows, store_rows
+
+    views = views or opts.scale(*VIEWS)
+    days = days or opts.scale(*DAYS)
+    row, actions = pure_row(views, days)
+    backends = [b for b in (STORES[:1] if opts.smoke else STORES)
+                if stores is None or b in stores]
+    stored = store_rows(opts, views, days, backends)
+    for item in stored:
+        item["met"] = ("yes" if item["store_replan_s"] <= TARGET_S
+                       and item["store_replan_all_skip"] else "NO")
+    print_table("views: re-plan from the store", stored)
+    ran = run_rows(opts, backends, run_size)
+    print_table("views: no-op view jobs run by a node", ran)
     write_result("views", opts, [row], {"targets": {"plan_s": TARGET_S, "replan_s": TARGET_S},
-                                         "first_plan": dict(first), "replan": dict(second)})
+                                         **actions, "store_rows": stored, "run_rows": ran})
     return [row]

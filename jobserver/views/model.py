@@ -58,6 +58,8 @@ def _quote(value: str | None) -> str:
         return "null()"
     if value == "":
         return "e()"
+    if value.isalnum():  # the common case (dates, ids): nothing to quote
+        return value
     quoted = "".join("\\" + c if c in "\\()" else c for c in value)
     return quoted.replace("%", "%25").replace("/", "%2F").replace("+", "%2B")
 

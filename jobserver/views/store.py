@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from itertools import groupby
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,6 +31,7 @@ from jobserver.store.models import as_utc
 from jobserver.views.model import StoredPartition, ViewAddress, ViewState
 from jobserver.views.tables import view_events, view_partitions, views
 
+_STATES = {state.value: state for state in ViewState}
 #: Keys per statement on SQLite (its bound-parameter limit is 32,766).
 SQLITE_CHUNK = 5000
 
@@ -144,39 +146,57 @@ class ViewRepository:
                    view_partitions.c.row_version)
         if self.dialect == "postgresql":
             keys_param = bindparam("keys", keys, type_=ARRAY(String))
+            # fetchall: one call for the view's rows, not one fetch per row.
             yield from conn.execute(select(*columns).where(
-                view_partitions.c.view == name, view_partitions.c.key == any_(keys_param)))
+                view_partitions.c.view == name,
+                view_partitions.c.key == any_(keys_param))).all()
             return
         for start in range(0, len(keys), SQLITE_CHUNK):
             yield from conn.execute(select(*columns).where(
                 view_partitions.c.view == name,
-                view_partitions.c.key.in_(keys[start:start + SQLITE_CHUNK])))
+                view_partitions.c.key.in_(keys[start:start + SQLITE_CHUNK]))).all()
 
     def apply(self, conn: Connection, changes: list[Change]) -> None:
         """Compare-and-set every change in (view, key) order, recording an event for
         each state change; :class:`CasConflict` (the caller's transaction rolls back)
-        when any row moved since it was read."""
+        when any row moved since it was read. Consecutive rows never stored are
+        inserted by one statement per run (a first ``materialize`` of a large lattice
+        stores them all), still in that order."""
         now = clock(conn)
         events: list[dict[str, Any]] = []
-        for change in sorted(changes, key=lambda c: (c.address.name, c.address.key)):
-            if not self._compare_and_set(conn, change, now):
-                raise CasConflict(f"view partition {change.address} changed meanwhile")
-            if change.state is not change.previous:
-                events.append(_event(change, now))
+        ordered = sorted(changes, key=lambda c: (c.address.name, c.address.key))
+        for new_rows, run in groupby(ordered, key=lambda c: c.expected == 0):
+            batch = list(run)
+            if new_rows:
+                self._insert_new(conn, batch, now)
+            for change in batch:
+                if not new_rows and not self._compare_and_set(conn, change, now):
+                    raise CasConflict(f"view partition {change.address} changed meanwhile")
+                if change.state is not change.previous:
+                    events.append(_event(change, now))
         if events:
             conn.execute(insert(view_events), events)
+
+    def _insert_new(self, conn: Connection, changes: list[Change], now: datetime) -> None:
+        """Insert rows never stored; :class:`CasConflict` if any exists meanwhile."""
+        maker = pg_insert if self.dialect == "postgresql" else sqlite_insert
+        rows = [{"view": c.address.name, "key": c.address.key, "values": list(c.address.values),
+                 "row_version": 1, "job_id": None, "retries": 0, "version_checksum": None,
+                 "transformed_at": None, **c.values, "state": c.state.value,
+                 "updated_at": now, "message": c.message} for c in changes]
+        statement = maker(view_partitions).on_conflict_do_nothing().returning(
+            view_partitions.c.key)
+        # RETURNING, not rowcount: a skipped insert's rowcount is not 0 on every driver.
+        inserted = conn.execute(statement, rows).all()
+        if len(inserted) != len(rows):
+            taken = {c.address.key for c in changes} - {row.key for row in inserted}
+            raise CasConflict(f"view partition {changes[0].address.name}/{min(taken)} was "
+                              "stored meanwhile")
 
     def _compare_and_set(self, conn: Connection, change: Change, now: datetime) -> bool:
         address = change.address
         values = dict(change.values, state=change.state.value, updated_at=now,
                       message=change.message)
-        if change.expected == 0:
-            maker = pg_insert if self.dialect == "postgresql" else sqlite_insert
-            statement = maker(view_partitions).values(
-                view=address.name, key=address.key, values=list(address.values),
-                row_version=1, **{"retries": 0, **values}).on_conflict_do_nothing()
-            # RETURNING, not rowcount: a skipped insert's rowcount is not 0 on every driver.
-            return conn.execute(statement.returning(view_partitions.c.id)).first() is not None
         where = and_(view_partitions.c.view == address.name,
                      view_partitions.c.key == address.key,
                      view_partitions.c.row_version == change.expected)
@@ -187,11 +207,14 @@ class ViewRepository:
             row_version=view_partitions.c.row_version + 1, **values)).rowcount)
 
     def set_jobs(self, conn: Connection, jobs: Mapping[ViewAddress, int]) -> None:
-        """Record the jobs just submitted for rows this transaction already holds."""
-        for address, job_id in jobs.items():
-            conn.execute(update(view_partitions).where(
-                view_partitions.c.view == address.name,
-                view_partitions.c.key == address.key).values(job_id=job_id))
+        """Record the jobs just submitted for rows this transaction already holds
+        (one statement, executed for many)."""
+        if not jobs:
+            return
+        conn.execute(update(view_partitions).where(
+            view_partitions.c.view == bindparam("b_view"),
+            view_partitions.c.key == bindparam("b_key")).values(job_id=bindparam("b_job")),
+            [{"b_view": a.name, "b_key": a.key, "b_job": job_id} for a, job_id in jobs.items()])
 
     def invalidate(self, addresses: Iterable[ViewAddress]) -> int:
         """Put the stored ones among ``addresses`` back to RECEIVE (their timestamp and
@@ -295,9 +318,10 @@ def _event(change: Change, now: datetime) -> dict[str, Any]:
 
 
 def _stored(row: Any) -> StoredPartition:
-    return StoredPartition(ViewState(row.state), row.version_checksum,
-                           as_utc(row.transformed_at), row.job_id, int(row.retries),
-                           int(row.row_version))
+    # Once per stored row of a request (100,000 for a large lattice): a dict lookup,
+    # not the enum's constructor; the column type already made the timestamp UTC.
+    return StoredPartition(_STATES[row.state], row.version_checksum, row.transformed_at,
+                           row.job_id, row.retries, row.row_version)
 
 
 def _listed(row: Any) -> PartitionRow:

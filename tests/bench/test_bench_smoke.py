@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ["floor", "throughput", "latency", "footprint", "backlog", "profile", "schedules",
-             "datasets"]
+             "datasets", "views"]
 ROW_KEYS = {
     "floor": {"clients", "tps"},
     "throughput": {"store", "lock", "mode", "nodes", "jobs", "done", "jobs_per_s"},
@@ -29,6 +29,7 @@ ROW_KEYS = {
                   "lag_p50_s", "lag_p99_s", "eval_core_pct", "node_core_pct"},
     "datasets": {"store", "partitions", "add_per_s", "consumed", "consume_per_s", "lag",
                  "fill_1k_p50_ms", "fill_full_p50_ms", "fill_ratio"},
+    "views": {"partitions", "plan_total_s", "replan_total_s", "replan_all_skip"},
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.long]
@@ -64,4 +65,7 @@ def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
     datasets = json.loads((results / "datasets-smoke.json").read_text())["rows"]
     assert all(row["consumed"] == row["partitions"] and row["lag"] == 0
                and row["failed"] == 0 and row["job_errors"] == 0 for row in datasets)
+    views = json.loads((results / "views-smoke.json").read_text())
+    assert all(row["store_replan_all_skip"] for row in views["store_rows"])
+    assert all(row["materialized"] == row["partitions"] for row in views["run_rows"])
     assert (results / "summary-smoke.json").exists()

@@ -409,21 +409,32 @@ JOIN partitions AS p ON p.dataset_id = :dataset_id
 -- schedulers (when %(channel)s is not NULL). A key that exists already creates
 -- nothing; the statement returns (id, idempotency_key) of the jobs it created, and
 -- the caller looks the others up.
+--
+-- A job that waits for upstreams (``after``, a JSON array of {job, when}) comes with
+-- its count of those not yet met (``waiting_on``), which the caller read while
+-- locking the upstream rows in the same transaction (see store/dependencies.py);
+-- its job_dependencies rows are inserted here too.
 WITH v AS (
   SELECT * FROM json_to_recordset(CAST(%(jobs)s AS json)) AS v(
     name text, priority int, lock_key text, assigned_servers text, params json,
     parallelism int, not_before timestamptz, idempotency_key text, request_hash text,
-    steps json, inputs json)
+    steps json, inputs json, waiting_on int, after json)
 ), job AS (
   INSERT INTO jobs (name, state, priority, lock_key, assigned_servers, params, parallelism,
                     not_before, idempotency_key, request_hash, fence, attempt, created_at,
-                    updated_at, inputs)
+                    updated_at, inputs, waiting_on)
   SELECT name, 'READY', priority, lock_key, assigned_servers, params, parallelism,
          not_before, idempotency_key, request_hash, 0, 0, clock_timestamp(),
-         clock_timestamp(), inputs
+         clock_timestamp(), inputs, COALESCE(waiting_on, 0)
   FROM v
   ON CONFLICT (idempotency_key) DO NOTHING
   RETURNING id, idempotency_key
+), link AS (
+  INSERT INTO job_dependencies (job_id, upstream_id, awaits)
+  SELECT job.id, a.job, a."when"
+  FROM job JOIN v ON v.idempotency_key = job.idempotency_key
+  CROSS JOIN LATERAL json_to_recordset(COALESCE(v.after, CAST('[]' AS json)))
+    AS a(job bigint, "when" text)
 ), step AS (
   INSERT INTO steps (job_id, position, name, type, spec, depends_on, retries,
                      retry_backoff, retryable, state, attempt)

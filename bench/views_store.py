@@ -101,7 +101,9 @@ def timed(call: Callable[[], T]) -> tuple[T, float, float]:
 
 def replan_row(opts: Options, backend: str, views: int, days: int) -> dict[str, Any]:
     """Store the lattice once, then re-plan it from the store with nothing changed."""
-    from jobserver.views import plan_side
+    from jobserver.views.lattice import instantiate
+    from jobserver.views.patterns import parse_pattern
+    from jobserver.views.planner import plan
     from jobserver.views.data import DataTimes
     from jobserver.views.materialize import Materializer, utcnow
     from jobserver.views.model import Action, Mode
@@ -122,11 +124,11 @@ def replan_row(opts: Options, backend: str, views: int, days: int) -> dict[str, 
         skipped = sum(d.action is Action.SKIP for d in again.decisions)
         # The same phases one by one (a fresh materializer: definitions parsed anew).
         materializer = Materializer(store, policy)
-        wanted, parse_s, _ = timed(lambda: plan_side.parse_pattern(text))
+        wanted, parse_s, _ = timed(lambda: parse_pattern(text))
         specs, defs_s, _ = timed(materializer.definitions)
-        lattice, inst_s, _ = timed(lambda: plan_side.instantiate(specs, wanted, True))
+        lattice, inst_s, _ = timed(lambda: instantiate(specs, wanted, recursive=True))
         stored, read_s, read_cpu = timed(lambda: store.views.read(lattice.order))
-        decisions, plan_s, _ = timed(lambda: plan_side.plan(
+        decisions, plan_s, _ = timed(lambda: plan(
             lattice, specs, stored, Mode.DEFAULT, utcnow(), DataTimes(store, specs)))
     return {"store": backend, "partitions": total, "set_s": round(set_s, 2),
             "set_per_s": round(total / set_s), "store_replan_s": round(replan_s, 2),

@@ -18,7 +18,8 @@ from typing import Any
 from jobserver.exceptions import Conflict, InvalidRequest, NotFound
 from jobserver.spec import Policy
 from jobserver.store import Store
-from jobserver.views import plan_side
+from jobserver.views.checksums import structure_checksum, version_checksum
+from jobserver.views.spec import ViewSpec, load_view, parse_view, spec_json, validate_views
 from jobserver.views.checksums import canonical_json, sha256
 from jobserver.views.store import Definition
 
@@ -41,26 +42,26 @@ class ViewCatalog:
         self._store = store
         self._policy = policy
 
-    def parse(self, body: Mapping[str, Any]) -> Any:
+    def parse(self, body: Mapping[str, Any]) -> ViewSpec:
         """A ``kind: View`` document as a spec, checked alone (422 with field paths)."""
-        spec = plan_side.parse_view(dict(body), self._policy)
+        spec = parse_view(dict(body), self._policy)
         _no_fixed_after(spec)
         return spec
 
-    def put(self, spec: Any, dry_run: bool = False) -> PutResult:
+    def put(self, spec: ViewSpec, dry_run: bool = False) -> PutResult:
         """Create or replace the definition ``spec`` (from :meth:`parse`) once the set
         with it is valid (a dry run lets dependencies on unknown views pass)."""
-        others = [plan_side.load_view(d.spec) for d in self._store.views.definitions()
+        others = [load_view(d.spec) for d in self._store.views.definitions()
                   if d.name != spec.name]
         try:
-            plan_side.validate_views([*others, spec])
+            validate_views([*others, spec])
         except InvalidRequest as exc:
             problems = [p for p in exc.details or [] if not (dry_run and _unknown_view(p))]
             if problems:
                 raise InvalidRequest(f"{problems[0]['view']}: {problems[0]['field']}: "
                                      f"{problems[0]['message']}", problems) from None
-        document = plan_side.spec_json(spec)
-        structure, version = plan_side.checksums(spec)
+        document = spec_json(spec)
+        structure, version = structure_checksum(spec), version_checksum(spec)
         spec_hash = sha256(canonical_json(document))
         current = self._store.views.get(spec.name)
         structure_changed = current is not None and current.structure_checksum != structure
@@ -101,7 +102,7 @@ def _unknown_view(problem: Mapping[str, str]) -> bool:
         problem.get("message", "").startswith("no view named")
 
 
-def _no_fixed_after(spec: Any) -> None:
+def _no_fixed_after(spec: ViewSpec) -> None:
     # A template's jobs are linked to their dependencies' jobs by materialize; a fixed
     # upstream job id in a template would make every partition wait for that one job.
     if spec.job is not None and spec.job.after:

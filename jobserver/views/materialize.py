@@ -27,7 +27,11 @@ from jobserver.exceptions import Conflict, InvalidRequest
 from jobserver.spec import AfterSpec, JobSpec, Policy, validate_job
 from jobserver.store import Store
 from jobserver.store.jobs import KeyedSubmit
-from jobserver.views import plan_side
+from jobserver.views.lattice import instantiate
+from jobserver.views.patterns import parse_pattern
+from jobserver.views.planner import plan
+from jobserver.views.spec import load_view
+from jobserver.views.templates import render_job
 from jobserver.views.data import DataTimes
 from jobserver.views.model import Action, Decision, Mode, StoredPartition, ViewAddress, ViewState
 from jobserver.views.store import CasConflict, Change
@@ -69,8 +73,8 @@ class Materializer:
                  data_time: Callable[[Mapping[str, Any]], Callable[[ViewAddress],
                                                                     datetime | None]]
                  | None = None,
-                 render: Callable[..., JobSpec] = plan_side.render_job,
-                 parse: Callable[[dict[str, Any]], Any] = plan_side.load_view,
+                 render: Callable[..., JobSpec] = render_job,
+                 parse: Callable[[dict[str, Any]], Any] = load_view,
                  data_root: Path | None = None) -> None:
         self._store = store
         self._render = render
@@ -95,19 +99,19 @@ class Materializer:
         """The partitions ``pattern`` addresses, each checked against its view (422
         naming a partition of an unknown view or with values that do not fit)."""
         views = self.definitions()
-        return plan_side.instantiate(views, plan_side.parse_pattern(pattern), False).order
+        return instantiate(views, parse_pattern(pattern), recursive=False).order
 
     def materialize(self, pattern: str, mode: Mode, plan_only: bool = False) -> Outcome:
-        return self.run(plan_side.parse_pattern(pattern), mode, plan_only)
+        return self.run(parse_pattern(pattern), mode, plan_only)
 
     def run(self, addresses: list[ViewAddress], mode: Mode, plan_only: bool = False) -> Outcome:
         views = self.definitions()
         recursive = mode not in (Mode.TRANSFORM_ONLY, Mode.SET_ONLY)
-        lattice = plan_side.instantiate(views, addresses, recursive)
+        lattice = instantiate(views, addresses, recursive=recursive)
         data_time = self._data_time(views)
         for attempt in range(1, MAX_REPLANS + 1):
             stored = self._store.views.read(lattice.order)
-            decisions = plan_side.plan(lattice, views, stored, mode, self._clock(), data_time)
+            decisions = plan(lattice, views, stored, mode, self._clock(), data_time)
             if plan_only:
                 return Outcome(decisions, planned_only=True)
             try:
@@ -166,7 +170,7 @@ class Materializer:
         if spec is None:
             raise InvalidRequest(f"view {address.name} is not defined", [
                 {"field": "pattern", "message": f"unknown view {address.name}"}])
-        return self._render(spec, address, version_checksum)
+        return self._render(spec, address, version_checksum=version_checksum)
 
 
 def with_after(spec: JobSpec, upstream: list[int]) -> JobSpec:

@@ -147,6 +147,11 @@ def parse_view(body: bytes | str | Mapping[str, Any], policy: Policy | None = No
     return spec
 
 
+def spec_json(spec: ViewSpec) -> dict[str, Any]:
+    """A definition as the JSON the store keeps (:func:`load_view` reads it back)."""
+    return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def load_view(stored: Mapping[str, Any]) -> ViewSpec:
     """A definition as stored (``model_dump(mode="json")`` of one :func:`parse_view`
     accepted), read back without the node's policy."""

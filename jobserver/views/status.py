@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from jobserver.views import plan_side
+from jobserver.views.lattice import instantiate
+from jobserver.views.patterns import parse_pattern
 from jobserver.views.materialize import Materializer
 from jobserver.views.model import StoredPartition, ViewAddress, ViewState
 from jobserver.views.store import PartitionRow, ViewRepository
@@ -41,7 +42,7 @@ def view_status(materializer: Materializer, repo: ViewRepository, pattern: str |
     if pattern is None:
         return _stored_only(repo, state, limit)
     views = materializer.definitions()
-    lattice = plan_side.instantiate(views, plan_side.parse_pattern(pattern), dependencies)
+    lattice = instantiate(views, parse_pattern(pattern), recursive=dependencies)
     stored = repo.read(lattice.order)
     report = ViewsReport()
     counts: Counter[str] = Counter()

@@ -38,12 +38,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BeforeValidator, Discriminator, Field, StringConstraints, Tag,
-                      ValidationError)
+from pydantic import BeforeValidator, Discriminator, Field, StringConstraints, Tag
 
 from jobserver.exceptions import InvalidRequest, MalformedRequest
-from jobserver.schedules.spec import validation_message
-from jobserver.spec import JobSpec, Policy, StrictModel, field_path
+from jobserver.spec import (JobSpec, Policy, StrictModel, field_path, parse_model,
+                            validation_message)
 from jobserver.views.mappings import (DependencySpec, ParamName, ViewName, fixed,
                                       reference)
 from jobserver.views.templates import placeholder_problems, validate_template
@@ -131,14 +130,7 @@ def parse_view(body: bytes | str | Mapping[str, Any], policy: Policy | None = No
     ``details`` (the first in the message) or :class:`MalformedRequest` (not JSON).
     A ``kind`` key must say ``View`` and is dropped. With ``policy``, the job template
     is also checked as a submitted job would be (:func:`validate_template`)."""
-    document = _document(body)
-    try:
-        spec = ViewSpec.model_validate_json(json.dumps(document, allow_nan=False))
-    except ValidationError as exc:
-        _raise([{"field": field_path(p for p in e["loc"] if p not in _TAGS),
-                 "message": validation_message(e)} for e in exc.errors()])
-    except ValueError as exc:
-        _raise([{"field": "body", "message": str(exc)}])
+    spec = parse_model(ViewSpec, _document(body), _problem)
     problems = _own_problems(spec)
     if problems:
         _raise(problems)
@@ -150,6 +142,11 @@ def parse_view(body: bytes | str | Mapping[str, Any], policy: Policy | None = No
 def spec_json(spec: ViewSpec) -> dict[str, Any]:
     """A definition as the JSON the store keeps (:func:`load_view` reads it back)."""
     return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _problem(error: Mapping[str, Any]) -> dict[str, str]:
+    return {"field": field_path(p for p in error["loc"] if p not in _TAGS),
+            "message": validation_message(error)}
 
 
 def load_view(stored: Mapping[str, Any]) -> ViewSpec:

@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     cluster = sub.add_parser("cluster", help="show the cluster's nodes; with --nodes N, run "
                                              "N nodes on this host (embedded default)")
     cluster.add_argument("--nodes", type=int, help="start N local nodes (make run: 3)")
-    cluster.add_argument("--demo", action="store_true", help="with --nodes: submit the demo jobs")
+    cluster.add_argument("--demo", action="store_true",
+                         help="with --nodes: submit the demo jobs, schedule and batches")
     db = sub.add_parser("db", help="database schema")
     db.add_argument("action", choices=["upgrade"])
     cli_tokens.add_parser(sub)
@@ -152,9 +153,12 @@ def _cluster(config: Config, nodes: int, demo: bool) -> int:
     # the hang-up, so the launcher must stop them.
     signal.signal(signal.SIGHUP, _stop_cluster)
     try:
+        if demo:
+            cluster.prepare_demo()
         cluster.start()
         ids = cluster.submit_demo_jobs() if demo else []
-        print(cluster.banner(ids), flush=True)
+        batch_lines = cluster.start_demo_batches() if demo else []
+        print(cluster.banner(ids, batch_lines), flush=True)
         cluster.supervise()
     except _Stop:
         pass

@@ -18,6 +18,7 @@ import time
 from typing import Any
 from pathlib import Path
 
+from jobserver import demo_batches
 from jobserver.client import Client
 from jobserver.config import Config
 from jobserver.exceptions import JobServerError
@@ -76,6 +77,8 @@ class LocalCluster:
         self.url = f"http://{config.api.bind}"
         self.log_dir = (config.data_dir / "logs").resolve()
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        #: Settings every node gets on top of the launcher's (the demo's connections).
+        self.node_settings: dict[str, str] = {}
 
     def start(self) -> None:
         store = Store(self.config.database_url)
@@ -94,7 +97,8 @@ class LocalCluster:
         log = open(self.log_dir / f"node-{index}.log", "ab")
         self.processes[index] = subprocess.Popen(
             [sys.executable, "-P", "-m", "jobserver.cli", "serve"],
-            env=node_env(self.config, index, self.token), stdout=log, stderr=subprocess.STDOUT,
+            env=dict(node_env(self.config, index, self.token), **self.node_settings),
+            stdout=log, stderr=subprocess.STDOUT,
             process_group=0)
         log.close()
 
@@ -109,6 +113,15 @@ class LocalCluster:
             time.sleep(0.2)
         raise JobServerError(f"the API did not answer on {self.url}; see {self.log_dir}")
 
+    def prepare_demo(self) -> None:
+        """Before :meth:`start`: the example batches' databases, and their connections
+        in every node's settings."""
+        self.node_settings.update(demo_batches.prepare(self.config.data_dir))
+
+    def start_demo_batches(self) -> list[str]:
+        """Apply examples/batches and start a catch-up of ORDER/IN; banner lines."""
+        return demo_batches.start(Client(self.url, self.token))
+
     def submit_demo_jobs(self) -> list[int]:
         """Submit the example jobs, and put the demo schedule (enabled) in place."""
         client = Client(self.url, self.token)
@@ -119,7 +132,7 @@ class LocalCluster:
                             dict(DEMO_SCHEDULE, enabled=True))
         return ids
 
-    def banner(self, demo_ids: list[int]) -> str:
+    def banner(self, demo_ids: list[int], batch_lines: list[str] | None = None) -> str:
         lines = [f"jobserver cluster: {self.count} nodes (SQLite + file locks, single mode)",
                  f"  API:    {self.url}   (OpenAPI: {self.url}/api/v1/openapi.json)",
                  f"  token:  {self.token}",
@@ -129,6 +142,7 @@ class LocalCluster:
             lines.append(f"  demo schedule: {DEMO_SCHEDULE['namespace']}/"
                          f"{DEMO_SCHEDULE['name']} (every minute; .venv/bin/jobserver "
                          f"schedules show {DEMO_SCHEDULE['namespace']}/{DEMO_SCHEDULE['name']})")
+        lines += batch_lines or []
         lines += ["", "Watch the jobs:",
                   f"  export JOBSERVER_URL={self.url} JOBSERVER_TOKEN={self.token}",
                   "  .venv/bin/jobserver jobs",
@@ -137,8 +151,10 @@ class LocalCluster:
                   f"  curl -H 'Authorization: Bearer {self.token}' "
                   "-H 'Content-Type: application/json' "
                   f"-d '{json.dumps({'name': 'hi', 'steps': [{'name': 's', 'type': 'noop'}]})}' "
-                  f"{self.url}/api/v1/jobs",
-                  "Ctrl-C stops the cluster."]
+                  f"{self.url}/api/v1/jobs"]
+        if batch_lines:
+            lines += demo_batches.commands(self.config.data_dir)
+        lines.append("Ctrl-C stops the cluster.")
         return "\n".join(lines)
 
     def supervise(self) -> None:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError,
-                      StringConstraints, ValidationInfo, field_validator)
+                      StringConstraints, ValidationInfo, field_validator,
+                      model_validator)
 
 from jobserver.exceptions import ConfigError
 
@@ -171,6 +172,8 @@ class StepsConfig(_Section):
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: The names of ``connections.<name>`` (and of a sql step's ``connection``).
 CONNECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+#: A schema name under ``connections.<name>.attach`` (quoted into ATTACH ... AS "name").
+ATTACH_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 
 
 class ConnectionConfig(_Section):
@@ -188,6 +191,14 @@ class ConnectionConfig(_Section):
     # opened beyond that while busy (max_overflow).
     pool_size: int = Field(default=2, ge=1, le=20)
     max_overflow: int = Field(default=2, ge=0, le=50)
+    # SQLite only: other database files attached to every connection, schema name ->
+    # path, so one statement can read a source file and write the warehouse
+    # (``INSERT INTO stg SELECT ... FROM src.orders``). A statement cannot ATTACH for
+    # itself: SQLite refuses it inside a transaction, and a pooled connection would
+    # keep it.
+    attach: dict[Annotated[str, StringConstraints(pattern=ATTACH_NAME)],
+                 Annotated[str, StringConstraints(min_length=1, max_length=4096)]] = \
+        Field(default_factory=dict, max_length=8)
 
     @field_validator("url", mode="before")
     @classmethod
@@ -204,6 +215,17 @@ class ConnectionConfig(_Section):
         expanded = _ENV_REFERENCE.sub(lambda match: environ[match.group(1)], value)
         _check_url(expanded)
         return expanded
+
+    @model_validator(mode="after")
+    def _attach_on_sqlite(self) -> ConnectionConfig:
+        from sqlalchemy.engine import make_url
+
+        if self.attach and make_url(self.url.get_secret_value()).get_backend_name() != "sqlite":
+            raise ValueError("attach is for SQLite connections only")
+        reserved = [name for name in self.attach if name.lower() in ("main", "temp")]
+        if reserved:
+            raise ValueError(f"attach: {reserved[0]!r} is SQLite's own schema name")
+        return self
 
 
 def _check_url(url: str) -> None:

@@ -3,16 +3,18 @@
 A node makes one SQLAlchemy engine per name, on first use, and every step of the node
 shares it: a step never opens a pool of its own, so a node holds at most
 ``pool_size + max_overflow`` connections to each database whatever its load. The
-engines are disposed when the node stops.
+engines are disposed when the node stops. A SQLite connection's ``attach`` files are
+attached to each pooled connection as it is opened.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from jobserver.config import ConnectionConfig
@@ -74,7 +76,21 @@ class Connections:
         log.info("connection %s: engine for %s", name,
                  url.render_as_string(hide_password=True))
         if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
-            return create_engine(url)  # one in-memory database per connection: no pool
-        return create_engine(url, pool_size=config.pool_size,
-                             max_overflow=config.max_overflow, pool_timeout=POOL_TIMEOUT,
-                             pool_pre_ping=True, pool_recycle=1800)
+            engine = create_engine(url)  # one in-memory database per connection: no pool
+        else:
+            engine = create_engine(url, pool_size=config.pool_size,
+                                   max_overflow=config.max_overflow, pool_timeout=POOL_TIMEOUT,
+                                   pool_pre_ping=True, pool_recycle=1800)
+        if config.attach:
+            event.listen(engine, "connect", attacher(config.attach))
+        return engine
+
+
+def attacher(attach: Mapping[str, str]) -> Callable[[Any, Any], None]:
+    """A ``connect`` hook attaching ``attach``'s files (schema name -> path) to each new
+    SQLite connection, outside any transaction, once per pooled connection. The names
+    are checked identifiers (``ATTACH_NAME``); the paths are bound, not formatted."""
+    def attach_all(dbapi_connection: Any, _record: Any) -> None:
+        for schema, path in attach.items():
+            dbapi_connection.execute(f'ATTACH DATABASE ? AS "{schema}"', (path,))
+    return attach_all

@@ -1,7 +1,7 @@
 """Real clusters: real processes, real ``kill -9``, real gunicorn children.
 
 * the ``jobserver cluster --demo`` launcher, end to end (examples/views.yaml
-  materialized on it included), and its clean shutdown;
+  materialized and examples/batches run on it included), and its clean shutdown;
 * single-mode failover on file locks, over SQLite and over PostgreSQL: the active node
   is killed in the middle of a job; another node takes over within
   ``poll_interval + 2`` s, the interrupted job runs again exactly once under a larger
@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import signal
+import sqlite3
 import stat
 import subprocess
 import time
@@ -118,6 +119,7 @@ def test_cluster_launcher_demo_end_to_end(harness: Harness, tmp_path: Path) -> N
     assert f"hand-made {job['id']}" in done["steps"][0]["output"], done
 
     _materialize_the_example_lattice(api, data_dir)
+    _run_the_example_batches(api, data_dir, base, token, launcher.output())
 
     assert "exited" not in launcher.output(), launcher.output()  # no node died meanwhile
 
@@ -165,6 +167,83 @@ def _materialize_the_example_lattice(api: Api, data_dir: Path) -> None:
     assert "exporting SHOP10 2015-05" in api.job(mart_job)["steps"][0]["output"]
     again = api.call("POST", "/api/v1/views/materialize", {"pattern": MART})
     assert again["counts"] == {"skip": 108}, again["counts"]
+
+
+def _cli(base: str, token: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A ``jobserver`` client command against the cluster; it must exit 0."""
+    done = subprocess.run(JOBSERVER + list(args) + ["--url", base, "--token", token],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
+    return done
+
+
+def _columns(table: str) -> list[list[str]]:
+    """The rows of a CLI table (columns two spaces or more apart), header left out."""
+    return [re.split(r"\s{2,}", line.strip()) for line in table.splitlines()[1:]]
+
+
+def _run_the_example_batches(api: Api, data_dir: Path, base: str, token: str,
+                             banner: str) -> None:
+    """examples/batches on the cluster: the demo's own run (ORDER/IN, the first three
+    of ten business dates) ends SUCCESS; then ``jobserver batch run`` STG and FND
+    (FND+SNAPSHOT per date) catch up the next three. The rows really moved from
+    <data_dir>/demo/source.db into warehouse.db, and ``batch status`` and ``batch
+    audit`` show the control table and the per-job records_out."""
+    started = time.monotonic()
+    demo_run = int(re.search(r"demo batches: batch run (\d+) of ORDER/IN", banner).group(1))
+    wait_for(lambda: api.get(f"/api/v1/batches/runs/{demo_run}")["status"] == "SUCCESS",
+             30, 0.2, f"the demo's batch run {demo_run} to succeed: "
+             f"{api.get(f'/api/v1/batches/runs/{demo_run}')}")
+    where = ["--system", "ORDER", "--location", "IN"]
+    stg = _cli(base, token, "batch", "run", *where, "--stage", "STG", "--interval", "0.2")
+    assert "3 stage run(s) planned" in stg.stdout and "SUCCESS" in stg.stdout, stg.stdout
+    fnd = _cli(base, token, "batch", "run", *where, "--stage", "FND", "--interval", "0.2")
+    assert "6 stage run(s) planned" in fnd.stdout and "SUCCESS" in fnd.stdout, fnd.stdout
+    days = [f"2024-01-0{day}" for day in range(1, 7)]
+
+    source = sqlite3.connect(data_dir / "demo" / "source.db")
+    delivered = dict(source.execute(
+        "SELECT business_date, count(*) FROM orders WHERE location = 'IN' GROUP BY 1"))
+    orders = dict(source.execute("SELECT business_date, count(DISTINCT order_id) FROM orders "
+                                 "WHERE location = 'IN' GROUP BY 1"))
+    source.close()
+    warehouse = sqlite3.connect(data_dir / "demo" / "warehouse.db")
+    stg_rows = dict(warehouse.execute("SELECT business_date, count(*) FROM stg_orders "
+                                      "WHERE location = 'IN' GROUP BY 1"))
+    fnd_rows = dict(warehouse.execute("SELECT business_date, count(*) FROM fnd_orders "
+                                      "WHERE location = 'IN' GROUP BY 1"))
+    snapshots = dict(warehouse.execute("SELECT business_date, orders FROM snapshot_orders "
+                                       "WHERE location = 'IN'"))
+    warehouse.close()
+    assert any(delivered[day] > orders[day] for day in days), "the source has no duplicates"
+    assert stg_rows == fnd_rows == {day: orders[day] for day in days}, (stg_rows, fnd_rows)
+    assert snapshots == {day: sum(orders[d] for d in days if d <= day) for day in days}
+
+    status = _columns(_cli(base, token, "batch", "status", *where).stdout)
+    by_date = {row[3]: row for row in status}
+    assert sorted(by_date) == [f"2024-01-{day:02d}" for day in range(1, 11)], status
+    for day, row in by_date.items():
+        done = day in days
+        assert row[5:] == (["SUCCESS", "STG=SUCCESS FND=SUCCESS SNAPSHOT=SUCCESS"] if done
+                           else ["NOT_STARTED", "STG=NOT_STARTED FND=NOT_STARTED "
+                                 "SNAPSHOT=NOT_STARTED"]), row
+
+    audit = _columns(_cli(base, token, "batch", "audit", *where, "--from", days[3],
+                          "--to", days[5], "--limit", "100").stdout)
+    units = {(row[0], row[1]): row for row in audit}
+    for day in days[3:]:
+        batch = by_date[day][0]
+        assert units[(batch, "batch")][3] == "SUCCESS", audit
+        for stage in ("STG", "FND", "SNAPSHOT"):
+            assert units[(f"{batch}-{stage}", "stage")][3] == "SUCCESS", audit
+        records_out = {name: int(units[(f"{batch}-{stage}-{name}", "job")][7])
+                       for stage, name in (("STG", "copy_orders"), ("FND", "dedup"),
+                                           ("FND", "merge"), ("SNAPSHOT", "snapshot"))}
+        assert records_out == {"copy_orders": delivered[day],
+                               "dedup": delivered[day] - orders[day],
+                               "merge": orders[day], "snapshot": 1}, (day, audit)
+    print(f"example batches: 6 business dates loaded and shown in "
+          f"{time.monotonic() - started:.2f} s")
 
 
 def _wait_banner(launcher: Proc) -> re.Match[str]:

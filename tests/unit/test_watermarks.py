@@ -4,6 +4,7 @@ a real SQLite file (and PostgreSQL for a typed date column)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -131,3 +132,43 @@ def test_a_missing_variable_or_a_bad_url_stops_start_up_without_the_password(
                            "pool_size = 1\n")
     config = load_config(config_file, environ={"SRC_DIR": "/data"})
     assert config.connections["source"].url.get_secret_value() == "sqlite:////data/source.db"
+
+
+def test_attached_sqlite_files_are_readable_on_every_pooled_connection(
+        tmp_path: Path) -> None:
+    """``connections.<name>.attach``: one statement reads a source file and writes the
+    warehouse, again and again (a statement's own ATTACH would fail the second time)."""
+    source_url = f"sqlite:///{tmp_path / 'source.db'}"
+    engine = create_engine(source_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE orders (id INTEGER, d TEXT)"))
+        conn.execute(text("INSERT INTO orders VALUES (1, '2024-01-01'), (2, '2024-01-02')"))
+    engine.dispose()
+    connections = Connections(load_config(environ={
+        "JOBSERVER_CONNECTIONS__WAREHOUSE__URL": f"sqlite:///{tmp_path / 'warehouse.db'}",
+        "JOBSERVER_CONNECTIONS__WAREHOUSE__POOL_SIZE": "1",
+        "JOBSERVER_CONNECTIONS__WAREHOUSE__ATTACH__SRC": str(tmp_path / "source.db"),
+    }).connections)
+    try:
+        warehouse = connections.engine("warehouse")
+        with warehouse.begin() as conn:
+            conn.execute(text("CREATE TABLE stg (id INTEGER, d TEXT)"))
+        for day in ("2024-01-01", "2024-01-02"):
+            with warehouse.begin() as conn:
+                conn.execute(text("INSERT INTO stg SELECT id, d FROM src.orders WHERE d = :d"),
+                             {"d": day})
+        with warehouse.connect() as conn:
+            assert conn.execute(text("SELECT id FROM stg ORDER BY id")).scalars().all() == [1, 2]
+    finally:
+        connections.dispose()
+
+
+@pytest.mark.parametrize(("url", "schema", "words"), [
+    ("postgresql://u:p@h/d", "src", "attach is for SQLite connections only"),
+    ("sqlite:////data/w.db", "main", "SQLite's own schema name"),
+    ("sqlite:////data/w.db", "bad-name", "connections.wh.attach.bad-name"),
+])
+def test_attach_is_refused_where_it_cannot_work(url: str, schema: str, words: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        load_config(environ={"JOBSERVER_CONNECTIONS__WH__URL": url,
+                             f"JOBSERVER_CONNECTIONS__WH__ATTACH__{schema.upper()}": "/s.db"})

@@ -45,7 +45,11 @@ def make_engine(url: str, pool_size: int = 5, stall_timeout: float | None = None
         # psycopg2 always did; the statements' parse is still saved. The claim
         # statement relies on it: its unused branches fold away only when planned
         # with the parameters known.
-        options = "-c plan_cache_mode=force_custom_plan"
+        # The session's time zone is UTC whatever the server's default: timestamps
+        # then arrive in UTC already (as_utc keeps them as they are, instead of a
+        # conversion per value: 5 us each, half a second for 100,000 rows), and a
+        # timestamp cast to a date names the UTC day on every server.
+        options = "-c plan_cache_mode=force_custom_plan -c timezone=UTC"
         if stall_timeout:
             options += (" -c idle_in_transaction_session_timeout="
                         f"{max(1, int(stall_timeout * 1000))}")

@@ -47,6 +47,8 @@ def as_utc(value: datetime | None) -> datetime | None:
         return None
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
+    if value.tzinfo is timezone.utc:  # psycopg 3 in a UTC session (store.engine)
+        return value
     return value.astimezone(timezone.utc)
 
 

@@ -134,9 +134,15 @@ class ViewRepository:
         for address in addresses:
             by_view[address.name][address.key] = address
         found: dict[ViewAddress, StoredPartition] = {}
+        states = _STATES
         for name, keyed in by_view.items():
-            for row in self._rows_of(conn, name, list(keyed)):
-                found[keyed[row.key]] = _stored(row)
+            # Once per stored row of a request (100,000 for a large lattice): tuples
+            # unpacked, a dict lookup for the state, no per-row function call; the
+            # column type made the timestamp UTC already.
+            for key, state, checksum, at, job_id, retries, version in self._rows_of(
+                    conn, name, list(keyed)):
+                found[keyed[key]] = StoredPartition(states[state], checksum, at, job_id,
+                                                    retries, version)
         return found
 
     def _rows_of(self, conn: Connection, name: str, keys: list[str]) -> Iterator[Any]:
@@ -315,13 +321,6 @@ def _event(change: Change, now: datetime) -> dict[str, Any]:
             "values": list(change.address.values), "previous": change.previous.value,
             "new": change.state.value, "job_id": change.values.get("job_id"),
             "message": change.message, "at": now}
-
-
-def _stored(row: Any) -> StoredPartition:
-    # Once per stored row of a request (100,000 for a large lattice): a dict lookup,
-    # not the enum's constructor; the column type already made the timestamp UTC.
-    return StoredPartition(_STATES[row.state], row.version_checksum, row.transformed_at,
-                           row.job_id, row.retries, row.row_version)
 
 
 def _listed(row: Any) -> PartitionRow:

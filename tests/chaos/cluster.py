@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 
 from jobserver.store import Store
@@ -33,6 +34,19 @@ from tests.integration.nodes import TOKEN, TRANSIENT, Api, Harness, HttpError, P
 
 MODES = ("single", "distributed", "leader")
 BACKENDS = ("file", "postgres", "zookeeper")
+#: Every mode and every backend once: what CI runs of a scenario whose faults do not
+#: single out one pairing (``-m soak`` runs the other pairings).
+DIAGONAL = frozenset({("single", "file"), ("distributed", "postgres"), ("leader", "zookeeper")})
+
+
+def matrix(pairs: Iterable[tuple[str, str]],
+           in_ci: Iterable[tuple[str, str]]) -> list[Any]:
+    """``(mode, lock)`` parameters for ``pairs``; those not ``in_ci`` carry the ``soak``
+    mark, so that CI stays within its time while ``-m soak`` runs the full matrix."""
+    chosen = set(in_ci)
+    return [pytest.param(mode, lock, id=f"{mode}-{lock}",
+                         marks=() if (mode, lock) in chosen else pytest.mark.soak)
+            for mode, lock in pairs]
 
 POLL_INTERVAL = 0.2
 HEARTBEAT_INTERVAL = 0.5

@@ -23,7 +23,7 @@ import pytest
 
 from tests.chaos import ledger as ledger_mod
 from tests.chaos.cluster import (ACTIVE_LOG, DEAD_AFTER, HEARTBEAT_INTERVAL, MODES,
-                                 ZK_SESSION_TIMEOUT, ChaosCluster, Figures)
+                                 ZK_SESSION_TIMEOUT, ChaosCluster, Figures, matrix)
 from tests.chaos.conftest import make_backend
 from tests.chaos.ledger import Report
 from tests.chaos.test_chaos import _check_reruns
@@ -93,8 +93,10 @@ def _wait_draining(cluster: ChaosCluster, node_id: str, offsets: dict[str, int])
 # session) and than server.dead_after: the paused node must keep everything. Not the
 # file backend: it has no session to time out (an flock lasts as long as its holder).
 STOP_SHARE = 0.5
-BRIEF_STOP_MATRIX = [pytest.param(mode, lock, id=f"{mode}-{lock}")
-                     for mode in MODES for lock in ("postgres", "zookeeper")]
+BRIEF_STOP_MATRIX = matrix([(mode, lock) for mode in MODES
+                            for lock in ("postgres", "zookeeper")],
+                           {("single", "zookeeper"), ("distributed", "postgres"),
+                            ("leader", "zookeeper")})
 STOP_LONG_JOBS, STOP_LONG_SECONDS, STOP_JOBS = 4, 2.0, 30
 
 

@@ -12,11 +12,10 @@ catches up the next dates, until the run says there is nothing new.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 from pathlib import Path
-from types import ModuleType
 
+from jobserver import demo_warehouse
 from jobserver.apply import apply_documents, load
 from jobserver.client import ApiError, Client
 from jobserver.exceptions import JobServerError
@@ -25,26 +24,14 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "batches"
 SYSTEM, LOCATION = "ORDER", "IN"
 
 
-def _setup_module() -> ModuleType:
-    """examples/batches/setup.py, loaded from its file (examples/ is no package)."""
-    spec = importlib.util.spec_from_file_location("jobserver_batches_example",
-                                                  EXAMPLE / "setup.py")
-    if spec is None or spec.loader is None:
-        raise JobServerError(f"cannot load {EXAMPLE / 'setup.py'}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def demo_dir(data_dir: Path) -> Path:
     return (data_dir / "demo").resolve()
 
 
 def prepare(data_dir: Path) -> dict[str, str]:
     """Create the example's databases if missing; the nodes' connection settings."""
-    setup = _setup_module()
-    source, warehouse = setup.create(demo_dir(data_dir))
-    env: dict[str, str] = setup.connection_env(source, warehouse)
+    source, warehouse = demo_warehouse.create(demo_dir(data_dir))
+    env = demo_warehouse.connection_env(source, warehouse)
     return env
 
 

@@ -521,3 +521,22 @@ UPDATE schedule_jobs AS j SET state = 'LAUNCHED', job_id = v.job_id, reason = NU
 FROM json_to_recordset(CAST(%(rows)s AS json)) AS v(id bigint, job_id bigint)
 WHERE j.id = v.id AND j.state = 'PENDING_LAUNCH'
 RETURNING j.id;
+
+
+-- name: view_events_insert
+-- Scheduling events of view partitions, %(rows)s one JSON array of them (see
+-- store/bulk.py: one statement, not a pipeline of one per row). ``txid`` takes its
+-- column default: the writing transaction, for the ordered feed.
+INSERT INTO view_events (view, key, "values", previous, "new", job_id, message, at)
+SELECT r.view, r.key, r."values", r.previous, r."new", r.job_id, r.message, r.at
+FROM json_to_recordset(CAST(%(rows)s AS json)) AS r(
+  view text, key text, "values" json, previous text, "new" text, job_id bigint,
+  message text, at timestamptz);
+
+
+-- name: view_partitions_set_jobs
+-- The jobs just submitted for view partitions this transaction holds already,
+-- %(rows)s one JSON array of {view, key, job_id}.
+UPDATE view_partitions AS p SET job_id = r.job_id
+FROM json_to_recordset(CAST(%(rows)s AS json)) AS r(view text, key text, job_id bigint)
+WHERE p.view = r.view AND p.key = r.key;

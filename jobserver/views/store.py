@@ -25,6 +25,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from jobserver.exceptions import Conflict
 from jobserver.store import Transactions
+from jobserver.store.bulk import json_rows
 from jobserver.store.engine import store_now
 from jobserver.store.epochs import fenced
 from jobserver.store.models import as_utc
@@ -180,7 +181,9 @@ class ViewRepository:
                     raise CasConflict(f"view partition {change.address} changed meanwhile")
                 if change.state is not change.previous:
                     events.append(_event(change, now))
-        if events:
+        if events and self.dialect == "postgresql":
+            json_rows(conn, "view_events_insert", events)
+        elif events:
             conn.execute(insert(view_events), events)
 
     def _insert_new(self, conn: Connection, changes: list[Change], now: datetime) -> None:
@@ -213,9 +216,13 @@ class ViewRepository:
             row_version=view_partitions.c.row_version + 1, **values)).rowcount)
 
     def set_jobs(self, conn: Connection, jobs: Mapping[ViewAddress, int]) -> None:
-        """Record the jobs just submitted for rows this transaction already holds
-        (one statement, executed for many)."""
+        """Record the jobs just submitted for rows this transaction already holds: one
+        statement (PostgreSQL: the rows as one JSON document; SQLite: executemany)."""
         if not jobs:
+            return
+        if self.dialect == "postgresql":
+            json_rows(conn, "view_partitions_set_jobs", [
+                {"view": a.name, "key": a.key, "job_id": job_id} for a, job_id in jobs.items()])
             return
         conn.execute(update(view_partitions).where(
             view_partitions.c.view == bindparam("b_view"),

@@ -95,6 +95,12 @@ def _input_files(ctx: Any, directory: Path) -> dict[str, str]:
 #: so pid, exit status and rusage are the step's own). Without it, a step of a killed
 #: node would run on beside its rescued re-run.
 SETPRIV = shutil.which("setpriv")
+#: Run between setpriv and the step: a node killed after the fork but before setpriv
+#: set the death signal sends none, so the step checks that its parent is still the
+#: node ($0) once the signal is set, and execs the step only then (exit 137 otherwise,
+#: as if the signal had come). Seen as two jobs of one lock_key running at once in a
+#: kill -9 chaos test: the dead node's step started after the kill.
+PARENT_CHECK = 'test "$PPID" = "$0" || exit 137; exec "$@"'
 
 
 def _command(argv: list[str], env: dict[str, str]) -> list[str]:
@@ -104,7 +110,8 @@ def _command(argv: list[str], env: dict[str, str]) -> list[str]:
         raise FileNotFoundError(2, "not found or not executable", argv[0])
     if SETPRIV is None:
         return argv
-    return [SETPRIV, "--pdeathsig", "SIGKILL", "--", *argv]
+    return [SETPRIV, "--pdeathsig", "SIGKILL", "--", "/bin/sh", "-c", PARENT_CHECK,
+            str(os.getpid()), *argv]
 
 
 def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:

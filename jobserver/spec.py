@@ -326,7 +326,7 @@ def validate_job(spec: JobSpec, policy: Policy) -> list[list[str]]:
     if problems:
         raise InvalidRequest(f"{problems[0]['field']}: {problems[0]['message']}", problems)
     dependencies = _resolve_dependencies(spec)
-    cycle = _find_cycle(names, dependencies)
+    cycle = find_cycle(names, dependencies)
     if cycle:
         raise InvalidRequest("steps: depends_on forms a cycle: " + " -> ".join(cycle),
                              [{"field": "steps", "message": "dependency cycle"}])
@@ -362,13 +362,16 @@ def _resolve_dependencies(spec: JobSpec) -> list[list[str]]:
     return [list(dict.fromkeys(step.depends_on or [])) for step in spec.steps]
 
 
-def _find_cycle(names: list[str], dependencies: list[list[str]]) -> list[str] | None:
+def find_cycle(names: list[str], dependencies: list[list[str]]) -> list[str] | None:
+    """A dependency cycle among ``names`` (each depending on its entry of
+    ``dependencies``) as a path of names, first = last; None without one. A dependency
+    that is not among ``names`` is no cycle (callers refuse it on its own)."""
     graph = dict(zip(names, dependencies))
     visiting: list[str] = []
     done: set[str] = set()
 
     def visit(name: str) -> list[str] | None:
-        if name in done:
+        if name in done or name not in graph:
             return None
         if name in visiting:
             return visiting[visiting.index(name):] + [name]

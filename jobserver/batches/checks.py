@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from jobserver.batches.compose import find_cycle, group_dependencies
+from jobserver.batches.compose import group_dependencies
+from jobserver.spec import find_cycle
 from jobserver.batches.spec import (BUILTIN_CONTEXT, RESERVED, BatchConfig, GroupJob,
                                     parse_step)
 

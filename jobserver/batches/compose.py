@@ -41,34 +41,6 @@ def group_dependencies(jobs: list[GroupJob]) -> list[list[str]]:
     return found
 
 
-def find_cycle(names: list[str], dependencies: list[list[str]]) -> list[str] | None:
-    """A dependency cycle as a path of names (first = last), or None."""
-    graph = dict(zip(names, dependencies))
-    state: dict[str, int] = {}  # 1 visiting, 2 done
-    path: list[str] = []
-
-    def visit(name: str) -> list[str] | None:
-        if state.get(name) == 2 or name not in graph:
-            return None
-        if state.get(name) == 1:
-            return path[path.index(name):] + [name]
-        state[name] = 1
-        path.append(name)
-        for dep in graph[name]:
-            cycle = visit(dep)
-            if cycle:
-                return cycle
-        path.pop()
-        state[name] = 2
-        return None
-
-    for name in names:
-        cycle = visit(name)
-        if cycle:
-            return cycle
-    return None
-
-
 def stage_steps(config: BatchConfig, groups: list[str]) -> list[dict[str, Any]]:
     """The stage job's steps (JSON) for the resolved ``groups``, in order."""
     steps: list[dict[str, Any]] = []

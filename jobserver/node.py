@@ -83,6 +83,8 @@ def make_lock_backend(config: Config, store: Store) -> LockBackend:
 
 #: How long start-up keeps trying a lock whose backend connection is down.
 START_RETRY_FOR = 15.0
+#: added to the lock service's grace for a dead holder: its expiry is noticed late
+PRESENCE_MARGIN = 2.0
 
 
 def _at_start(take: Callable[[], Lease | None]) -> Lease | None:
@@ -206,10 +208,7 @@ class Node:
     def start(self, upgrade: bool = True) -> None:
         if upgrade:
             upgrade_schema(self.store, self.locks)
-        self._presence = _at_start(lambda: self.locks.acquire(presence_key(self.id),
-                                                              blocking=False))
-        if self._presence is None:
-            raise ConfigError(f"server.id: {self.id!r} is in use by another live node")
+        self._presence = self._take_presence()
         self._failure_mark.clear()  # this process owns the id now
         self._presence.on_lost(lambda _lease: self.ctx.present.clear())
         self._register()
@@ -234,6 +233,23 @@ class Node:
         self.supervisor.watch(*self.loops())
         log.info("node %s started in %s mode with %s lock backend", self.id,
                  self.config.scheduler.mode.value, self.config.lock.backend)
+
+    def _take_presence(self) -> Lease:
+        """Take this node's presence lock. A node restarted at once after a crash may
+        find it still held by its dead process's session; that ends within the lock
+        service's grace, so wait that long (and a little) before refusing the id."""
+        key = presence_key(self.id)
+        lease = _at_start(lambda: self.locks.acquire(key, blocking=False))
+        grace = self.locks.dead_holder_grace
+        if lease is None and grace > 0:
+            wait = grace + PRESENCE_MARGIN
+            log.warning("server.id %r is held, perhaps by this node's last process: waiting"
+                        " up to %.0f s for its %s session to end", self.id, wait,
+                        self.locks.name)
+            lease = _at_start(lambda: self.locks.acquire(key, blocking=True, timeout=wait))
+        if lease is None:
+            raise ConfigError(f"server.id: {self.id!r} is in use by another live node")
+        return lease
 
     def loops(self) -> list[Loop]:
         """Every background loop of this node and of its parts."""

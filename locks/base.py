@@ -172,6 +172,17 @@ class LockBackend(ABC):
     #: The name used in ``lock.backend``.
     name: str = ""
 
+    @property
+    def dead_holder_grace(self) -> float:
+        """The longest, in seconds, the lock service may go on holding the locks of a
+        process that died without releasing them (a session that has yet to expire).
+
+        A node restarted after a crash waits this long for its own presence lock
+        before it takes the id for another live node's. The default, 0, suits
+        backends whose locks die with the process (file, memory).
+        """
+        return 0.0
+
     @abstractmethod
     def acquire(self, key: str, blocking: bool = True,
                 timeout: float | None = None) -> Lease | None:

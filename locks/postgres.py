@@ -75,6 +75,12 @@ class PostgresLockBackend(LockBackend):
                                  expected=(LockError, psycopg2.Error, OSError))
         self._monitor.start()
 
+    @property
+    def dead_holder_grace(self) -> float:
+        """A killed process's connection closes at once, but a vanished or stalled
+        host's session lasts until ``idle_session_timeout`` ends it."""
+        return self._session_timeout
+
     # -- connection ----------------------------------------------------------------------
     def _connect(self) -> None:
         timeout_ms = int(self._session_timeout * 1000)

@@ -170,6 +170,11 @@ class ZooKeeperLockBackend(LockBackend):
         return self._connected.is_set()
 
     # -- the interface -------------------------------------------------------------------
+    @property
+    def dead_holder_grace(self) -> float:
+        """A killed process's ephemeral lock nodes live on until its session expires."""
+        return self._session_timeout
+
     def acquire(self, key: str, blocking: bool = True,
                 timeout: float | None = None) -> Lease | None:
         return self._take(key, self._identity, blocking, timeout)

@@ -128,11 +128,19 @@ class ChaosCluster:
         return env
 
     def start(self) -> dict[str, Any]:
-        extra = {"database_url": self.backend.database_url} if self.backend.database_url else {}
         for node_id in self.ids:
-            self.nodes[node_id] = self.harness.start_node(
-                node_id, self.port, self.data_dir, **extra, **self.node_env(node_id))
+            self._start_node(node_id)
         return self.wait_ready()
+
+    def restart(self, node_id: str) -> dict[str, Any]:
+        """Start ``node_id`` again (after a kill); returns once the cluster is ready."""
+        self._start_node(node_id)
+        return self.wait_ready()
+
+    def _start_node(self, node_id: str) -> None:
+        extra = {"database_url": self.backend.database_url} if self.backend.database_url else {}
+        self.nodes[node_id] = self.harness.start_node(
+            node_id, self.port, self.data_dir, **extra, **self.node_env(node_id))
 
     def wait_ready(self, timeout: float = 60.0) -> dict[str, Any]:
         """Until every node is registered alive under its own pid and scheduling is on:

@@ -203,15 +203,8 @@ class ConsumerLoad:
             kill.took_over = time.monotonic() - killed_at
             kill.rescued = len(cluster.rescue_events(victim, after))
         time.sleep(max(0.0, killed_at + KILL_DOWN - time.monotonic()))  # time spent down
-        self.restart(victim)
+        cluster.restart(victim)
         return kill
-
-    def restart(self, node_id: str) -> None:
-        cluster = self.cluster
-        extra = {"database_url": cluster.backend.database_url}
-        cluster.nodes[node_id] = cluster.harness.start_node(
-            node_id, cluster.port, cluster.data_dir, **extra, **cluster.node_env(node_id))
-        cluster.wait_ready()
 
     # -- the end ------------------------------------------------------------------------
     def drain(self, timeout: float) -> None:

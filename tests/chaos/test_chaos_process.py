@@ -378,3 +378,33 @@ def _attempts_and_runs(cluster: ChaosCluster, job_ids: list[int],
          if run.start is not None and run.end is not None), default=0.0)
     figures["ran_on"] = ",".join(sorted({row.node for row in rows.values()}))
     return {job_id: (rows[job_id].attempt, len(runs[job_id])) for job_id in job_ids}
+
+
+# -- 9. a node restarted at once after kill -9 ------------------------------------------------
+#: What a node logs while its dead process's session still holds its presence lock.
+PRESENCE_WAIT_LOG = "perhaps by this node's last process"
+
+
+@pytest.mark.timeout(90)
+def test_a_node_restarted_at_once_after_kill_9_takes_back_its_id(
+        harness: Harness, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A supervisor restarts a killed node within a second, while ZooKeeper still holds
+    the dead process's session and so its presence lock: the new process waits for that
+    session to expire and starts, rather than taking its own id for another live node's.
+    (File and PostgreSQL locks die with the process, so only ZooKeeper has the gap.)"""
+    cluster = ChaosCluster(harness, tmp_path, "leader", make_backend(request, "zookeeper"))
+    figures = Figures(f"restart at once after kill -9 {cluster.label}")
+    try:
+        cluster.start()
+        victim = next(node for node in cluster.ids if node != cluster.holder())
+        killed_at = cluster.kill9(victim)
+        cluster.restart(victim)
+        figures["back_after"] = time.monotonic() - killed_at
+        print(f"\n{figures}")
+
+        assert PRESENCE_WAIT_LOG in cluster.log(victim), cluster.log(victim)[-3000:]
+        job = cluster.submit_probe()
+        wait_for(lambda: cluster.rows([job])[job].state == "SUCCEED", 30, 0.05,
+                 "a job submitted after the restart to succeed")
+    finally:
+        cluster.close()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from jobserver.config import Config, SchedulerMode
 from jobserver.events import NodeEvent, StateChange
-from jobserver.exceptions import LockError
+from jobserver.exceptions import TRANSIENT, LockError
 from jobserver.logs import job_fields
 from jobserver.states import State
 from jobserver.runner import Runner
@@ -28,6 +28,11 @@ from jobserver.store.records import JobRecord
 from locks.base import Lease, LockBackend
 
 log = logging.getLogger(__name__)
+
+
+#: Seconds past a due time to wake at: the store's clock may read a hair early (SQLite
+#: keeps milliseconds), and a claim that finds the job not yet due would sleep again.
+DUE_MARGIN = 0.001
 
 
 def presence_key(node_id: str) -> str:
@@ -193,9 +198,29 @@ class Scheduler(ABC):
         return moved
 
     def wait_for_work(self, timeout: float) -> None:
-        """Sleep until woken (a slot freed, a submit notified) or ``timeout``."""
+        """Sleep until woken (a slot freed, a submit notified), until the earliest job
+        held back by ``not_before`` is due, or ``timeout``."""
+        due = self._seconds_until_due()
+        if due is not None:
+            timeout = min(timeout, due + DUE_MARGIN)
         self.ctx.wake.wait(timeout)
         self.ctx.wake.clear()
+
+    def claims_due_jobs(self) -> bool:
+        """Whether this node itself would claim (or give out) a job that becomes due:
+        a scheduler that only starts what another node assigns has no due time of its
+        own to keep."""
+        return True
+
+    def _seconds_until_due(self) -> float | None:
+        """The store's answer, or None when there is no such job, this node would not
+        claim it, or the store cannot answer now (the poll interval bounds the wait)."""
+        if not self.claims_due_jobs() or self.ctx.runner.free_slots() == 0:
+            return None  # with no free slot, the slot's wake comes first anyway
+        try:
+            return self.ctx.store.runs.seconds_until_due(self.ctx.node_id)
+        except TRANSIENT:
+            return None
 
     def pause_after_error(self, what: str) -> None:
         log.warning("%s failed; retrying in %.1f s", what,

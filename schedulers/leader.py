@@ -80,6 +80,11 @@ class LeaderScheduler(Scheduler):
         assigned, waiting_here = self._assign() if leading else (0, True)
         return assigned + (self._start_assigned() if waiting_here else 0)
 
+    def claims_due_jobs(self) -> bool:
+        """Only the leader gives out jobs that become due; the others start what it
+        assigns, woken by the assignment's notification."""
+        return self.lease is not None and self.lease.is_valid()
+
     def _leading(self) -> bool:
         lease = self.lease
         self.active = lease is not None and lease.is_valid()

@@ -13,13 +13,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import (ColumnElement, Connection, Select, and_, exists, func, or_, select,
-                        update)
+                        text, update)
 
 from jobserver.exceptions import FencedOff
 from jobserver.states import State, StopReason
 from jobserver.store import Transactions, batch, pgclaim
 from jobserver.store.engine import store_now
 from jobserver.store.epochs import is_current
+from jobserver.store.models import DUE_JOBS
 from jobserver.store.pgclaim import ClaimKind
 from jobserver.store.records import (ClaimToken, Completion, JobRecord, NodeLoad,
                                      StepOutcome, StepRecord, first_runnable)
@@ -183,6 +184,21 @@ class RunRepository:
         with self._tx.read() as conn:
             return {node: NodeLoad(int(running), int(assigned))
                     for node, running, assigned in conn.execute(query)}
+
+    def seconds_until_due(self, node: str) -> float | None:
+        """Seconds on the store's clock until the earliest READY job held back by
+        ``not_before`` that ``node`` might claim becomes due; None if there is none.
+
+        One probe of ``ix_jobs_due`` from the store's now: jobs already due are
+        past the range, so a due job that waits for a slot never reads as "due now"
+        (which would make an idle scheduler spin).
+        """
+        query = select(func.min(jobs.c.not_before), store_now()).where(
+            text(DUE_JOBS), jobs.c.not_before > store_now(), jobs.c.waiting_on == 0,
+            or_(jobs.c.node.is_(None), jobs.c.node == node))
+        with self._tx.read() as conn:
+            due, now = conn.execute(query).one()
+        return None if due is None else max(0.0, (due - now).total_seconds())
 
     def peek(self, node: str, limit: int, keyed: bool | None = None
              ) -> list[tuple[int, str | None]]:

@@ -35,8 +35,10 @@ TWO_STEPS = {"name": "cpu", "steps": [{"name": "a", "type": "noop"},
                                       {"name": "b", "type": "noop", "depends_on": ["a"]}]}
 
 
-def drain(url: str, data_dir: Path, mode: str, count: int) -> float:
-    """CPU ms per job of a node draining ``count`` queued no-op jobs."""
+def drain(url: str, data_dir: Path, mode: str, count: int,
+          spec: dict[str, Any] | None = None) -> float:
+    """CPU ms per job of a node draining ``count`` queued jobs of ``spec`` (default:
+    one no-op step)."""
     from jobserver.config import load_config
     from jobserver.node import Node
     from jobserver.steps.python import PythonSteps
@@ -47,13 +49,15 @@ def drain(url: str, data_dir: Path, mode: str, count: int) -> float:
                                   "JOBSERVER_SERVER__ID": "cpu-1",
                                   "JOBSERVER_SCHEDULER__MODE": mode,
                                   "JOBSERVER_SCHEDULER__LISTENERS": "[]"})
-    queue_jobs(url, count)
+    queue_jobs(url, count, spec)
     node, probe = Node(config, PythonSteps()), Store(url)
-    started = time.process_time()
+    started, began = time.process_time(), time.monotonic()
     node.start(upgrade=False)
     try:
         while probe.jobs.count_by_state().get("SUCCEED", 0) < count:
             time.sleep(0.05)
+        log(f"drained {count} jobs in {time.monotonic() - began:.2f} s "
+            f"({count / (time.monotonic() - began):.0f} jobs/s)")
         return 1000 * (time.process_time() - started) / count
     finally:
         node.stop(5)

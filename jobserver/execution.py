@@ -26,8 +26,8 @@ from jobserver.retrying import retry
 from jobserver.states import State, StopReason
 from jobserver.steps import StepContext, StepFunction
 from jobserver.store import Store
-from jobserver.store.records import (Completion, JobRecord, StepOutcome, StepRecord,
-                                     runnable_steps)
+from jobserver.stepgraph import StepGraph, StepRun, Taken
+from jobserver.store.records import Completion, JobRecord, StepOutcome, StepRecord
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -161,33 +161,30 @@ class JobExecution:
     def _run(self) -> None:
         if self.job.inputs and not self._take_inputs():
             return
-        steps = self.job.steps or []
-        done = {step.name for step in steps if step.state is State.SUCCEED}
-        pending = [step for step in steps if step.state is not State.SUCCEED]
+        graph = StepGraph(self.job.steps or [], self.job.parallelism)
         failed: tuple[StepRecord, StepOutcome] | None = None
-        in_flight: dict[Future[StepOutcome], StepRecord] = {}
+        in_flight: dict[Future[StepRun], StepRecord] = {}
         pool = (ThreadPoolExecutor(self.job.parallelism, thread_name_prefix=f"job{self.job.id}")
                 if self.job.parallelism > 1 else None)
         try:
             while True:
                 if failed is None and not self.cancelled.is_set():
-                    for step in self._ready(pending, done, self.job.parallelism - len(in_flight)):
-                        pending.remove(step)
-                        last = not pending and not in_flight
-                        in_flight[self._launch(pool, step, last)] = step
+                    for step, last in graph.take():
+                        in_flight[self._launch(pool, graph, step, last)] = step
                 if not in_flight:
                     break
                 finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    step, outcome = in_flight.pop(future), future.result()
-                    if outcome.state is State.SUCCEED:
-                        done.add(step.name)
-                    elif failed is None:
-                        failed = (step, outcome)
+                    step, run = in_flight.pop(future), future.result()
+                    if run.outcome.state is not State.SUCCEED and failed is None:
+                        failed = (step, run.outcome)
+                    for successor, last in run.started:  # started by the step's own write
+                        in_flight[self._launch(pool, graph, successor, last,
+                                               successor.attempt + 1)] = successor
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
-        self._conclude(failed, pending)
+        self._conclude(failed, graph.pending)
 
     def _take_inputs(self) -> bool:
         """Take the partitions the job consumes (:mod:`jobserver.datasets.working_set`)
@@ -215,17 +212,15 @@ class JobExecution:
             self._publish_operator_stop()
         return False
 
-    @staticmethod
-    def _ready(pending: list[StepRecord], done: set[str], room: int) -> list[StepRecord]:
-        return runnable_steps(pending, done)[:max(room, 0)]
-
-    def _launch(self, pool: ThreadPoolExecutor | None, step: StepRecord,
-                last: bool) -> Future[StepOutcome]:
+    def _launch(self, pool: ThreadPoolExecutor | None, graph: StepGraph, step: StepRecord,
+                last: bool, started: int | None = None) -> Future[StepRun]:
+        """Run ``step`` on the pool, or here when the job runs one step at a time.
+        ``started``: its attempt, when a predecessor's write started it already."""
         if pool is not None:
-            return pool.submit(self._run_step, step, last)
-        future: Future[StepOutcome] = Future()
+            return pool.submit(self._run_step, graph, step, last, started)
+        future: Future[StepRun] = Future()
         try:
-            future.set_result(self._run_step(step, last))
+            future.set_result(self._run_step(graph, step, last, started))
         except BaseException as exc:  # re-raised by future.result() in _run
             future.set_exception(exc)
         return future
@@ -250,18 +245,40 @@ class JobExecution:
             self._finish(State.SUCCEED)
 
     # -- one step, with retries --------------------------------------------------------
-    def _run_step(self, step: StepRecord, last: bool = False) -> StepOutcome:
-        """Run one step to its final outcome, with retries. ``last``: nothing else of
-        the job runs or waits, so the step's final write also finishes the job."""
+    def _run_step(self, graph: StepGraph, step: StepRecord, last: bool,
+                  started: int | None) -> StepRun:
+        """Run one step to its final outcome and write it, with the start of the steps
+        its success lets run (see :meth:`_advance`)."""
+        try:
+            outcome, attempt = self._attempts(step, last, started)
+        except BaseException:
+            graph.failed(step)
+            raise
+        if attempt is None or outcome.state is not State.SUCCEED:
+            graph.failed(step)
+            if attempt is not None:
+                self._write_end(step, attempt, outcome, last)
+            return StepRun(outcome)
+        if last:
+            graph.succeeded(step, take_more=False)
+            self._complete(step, attempt, outcome)
+            return StepRun(outcome)
+        return StepRun(outcome, self._advance(graph, step, attempt, outcome))
+
+    def _attempts(self, step: StepRecord, last: bool,
+                  started: int | None) -> tuple[StepOutcome, int | None]:
+        """Run ``step``'s attempts until one is final; the outcome and that attempt
+        (None: the job stopped before the step could start). Failed attempts that will
+        be retried are written here; the final one is left to the caller."""
         retries_left = step.retries
-        # The claim already started the job's first step (same transaction).
-        prestarted = step.attempt if step.state is State.RUNNING else None
+        # The claim (or the previous step's write) already started this one.
+        prestarted = started or (step.attempt if step.state is State.RUNNING else None)
         while True:
             attempt = prestarted or self._retrying(self._store.runs.start_step, self.token, step)
             prestarted = None
             if attempt is None:
                 self.cancel(StopReason.OPERATOR)
-                return StepOutcome(State.STOPPED, error="job no longer running")
+                return StepOutcome(State.STOPPED, error="job no longer running"), None
             self._publish(State.READY, State.RUNNING, step, attempt=attempt)
             outcome = self._add_partitions(step, self._invoke(step, attempt))
             if (outcome.state is State.ERROR and outcome.retryable and retries_left > 0
@@ -271,15 +288,40 @@ class JobExecution:
                 note = f"attempt {attempt} failed: {outcome.error}; retrying in {delay:g} s"
                 self._record_step(step, attempt, replace(outcome, state=State.READY), note)
                 if self.cancelled.wait(delay):
-                    return StepOutcome(State.STOPPED, error="cancelled during retry backoff")
+                    return StepOutcome(State.STOPPED, error="cancelled during retry backoff"), None
                 continue
-            if self.requeue and outcome.state is State.STOPPED:
-                outcome = replace(outcome, state=State.READY)  # to be run again elsewhere
-            if last and outcome.state in (State.SUCCEED, State.ERROR):
-                self._complete(step, attempt, outcome)
-            else:
-                self._record_step(step, attempt, outcome)
-            return outcome
+            return outcome, attempt
+
+    def _write_end(self, step: StepRecord, attempt: int, outcome: StepOutcome,
+                   last: bool) -> None:
+        """Write a step's end that starts nothing after it."""
+        if self.requeue and outcome.state is State.STOPPED:
+            outcome = replace(outcome, state=State.READY)  # to be run again elsewhere
+        if last and outcome.state is State.ERROR:
+            self._complete(step, attempt, outcome)
+        else:
+            self._record_step(step, attempt, outcome)
+
+    def _advance(self, graph: StepGraph, step: StepRecord, attempt: int,
+                 outcome: StepOutcome) -> list[Taken]:
+        """Write ``step``'s success together with the start of the steps it lets run,
+        through the group commit; returns those steps (started). When the job is no
+        longer RUNNING under this run's token (an operator paused it meanwhile), the
+        step's end is written alone and nothing more starts, as before a step start
+        that finds the job stopped."""
+        successors = graph.succeeded(step, take_more=not self.cancelled.is_set())
+        if not successors:
+            self._record_step(step, attempt, outcome)
+            return []
+        completion = Completion(self.token, step, attempt, outcome,
+                                start_next=tuple(successor for successor, _ in successors))
+        if self._completer.submit(completion).result():
+            self._publish(State.RUNNING, outcome.state, step, outcome.wall_seconds, attempt)
+            return successors
+        graph.give_back(successors)
+        self._record_step(step, attempt, outcome)
+        self.cancel(StopReason.OPERATOR)
+        return []
 
     def _add_partitions(self, step: StepRecord, outcome: StepOutcome) -> StepOutcome:
         """Add the partitions a successful step output, before its SUCCEED is written

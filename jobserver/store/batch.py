@@ -39,7 +39,13 @@ def _row(index: int, completion: Completion) -> dict[str, Any]:
             "peak_rss_kb": outcome.peak_rss_kb, "metrics": outcome.metrics,
             "message": completion.note or outcome.error,
             "job_state": completion.job_state.value if completion.job_state else None,
-            "job_error": completion.job_error}
+            "job_error": completion.job_error, "has_next": bool(completion.start_next)}
+
+
+def _next_rows(completions: Sequence[Completion]) -> list[dict[str, Any]]:
+    """The steps to start, each with the batch index of the completion that starts it."""
+    return [{"i": index, "step_id": step.id}
+            for index, completion in enumerate(completions) for step in completion.start_next]
 
 
 class Written:
@@ -48,6 +54,8 @@ class Written:
     def __init__(self) -> None:
         self.steps: set[int] = set()
         self.jobs: set[int] = set()
+        #: completions whose ``start_next`` steps were started
+        self.started: set[int] = set()
 
 
 def statement() -> str:
@@ -58,8 +66,10 @@ def statement() -> str:
 def postgresql_params(completions: Sequence[Completion]) -> dict[str, Any]:
     """The parameters of :func:`statement` for ``completions``."""
     rows = [_row(index, completion) for index, completion in enumerate(completions)]
+    following = _next_rows(completions)
     return {"rows": json.dumps(rows), "step_ids": [row["step_id"] for row in rows],
-            "job_ids": [row["job_id"] for row in rows]}
+            "job_ids": [row["job_id"] for row in rows], "next": json.dumps(following),
+            "next_ids": [row["step_id"] for row in following]}
 
 
 def complete(conn: Connection, completions: Sequence[Completion]) -> Written:
@@ -67,15 +77,36 @@ def complete(conn: Connection, completions: Sequence[Completion]) -> Written:
     with their audit rows; report which compare-and-sets matched."""
     if conn.dialect.name == "postgresql":
         return _complete_postgresql(conn, postgresql_params(completions))
-    return _complete_sqlite(conn, [_row(index, completion)
-                                   for index, completion in enumerate(completions)])
+    written = _complete_sqlite(conn, [_row(index, completion)
+                                      for index, completion in enumerate(completions)])
+    _start_next_sqlite(conn, completions, written)
+    return written
 
 
 def _complete_postgresql(conn: Connection, params: dict[str, Any]) -> Written:
     written = Written()
     for kind, index in conn.exec_driver_sql(query("complete"), params):
-        (written.steps if kind == "step" else written.jobs).add(index)
+        {"step": written.steps, "job": written.jobs, "next": written.started}[kind].add(index)
     return written
+
+
+def _start_next_sqlite(conn: Connection, completions: Sequence[Completion],
+                       written: Written) -> None:
+    """Start the next steps of the written completions that have any (their write
+    matched only while the job was RUNNING under the token), with their audit rows."""
+    by_step = {row["step_id"]: row["i"] for row in _next_rows(completions)
+               if row["i"] in written.steps}
+    if not by_step:
+        return
+    events = []
+    for step_id, attempt, _started_at in start_steps(conn, list(by_step)):
+        index = by_step[step_id]
+        completion = completions[index]
+        step = next(s for s in completion.start_next if s.id == step_id)
+        written.started.add(index)
+        events.append(AuditEvent.of_run(completion.token, State.READY, State.RUNNING,
+                                        step.name, attempt))
+    record_events(conn, events)
 
 
 def _complete_sqlite(conn: Connection, rows: list[dict[str, Any]]) -> Written:

@@ -98,8 +98,12 @@ ORDER BY claimed.priority DESC, claimed.id, s.position;
 -- The group commit: many step attempts' final writes in one statement, the batch as
 -- one JSON document (%(rows)s), each step written only while it is RUNNING and its
 -- job carries the writer's claim token, and the job (where ``job_state`` is set) only
--- while it is RUNNING under that token. Returns ('step', i) and ('job', i) for each
--- batch index i whose compare-and-set matched.
+-- while it is RUNNING under that token. A step with successors to start (%(next)s:
+-- the chain's next steps, by batch index; ``has_next``) is written only while its job
+-- is RUNNING too, and its successors go READY -> RUNNING in the same statement: a
+-- step transition is one write, shared with every other job's in the batch. Returns
+-- ('step', i), ('job', i) and ('next', i) for each batch index i whose
+-- compare-and-set matched.
 --
 -- The ``= ANY(ids)`` conditions repeat what the joins say. They are there for the
 -- planner, which cannot see how many rows a JSON document holds and may then prefer
@@ -109,7 +113,7 @@ WITH v AS MATERIALIZED (
     i int, step_id bigint, step text, job_id bigint, node text, fence bigint,
     attempt int, step_attempt int, state text, exit_code int, output text, error text,
     wall_seconds float8, cpu_seconds float8, peak_rss_kb bigint, metrics json,
-    message text, job_state text, job_error text)
+    message text, job_state text, job_error text, has_next boolean)
 ), s AS (
   UPDATE steps SET state = v.state, finished_at = clock_timestamp(),
          exit_code = v.exit_code, output = v.output, error = v.error,
@@ -118,8 +122,16 @@ WITH v AS MATERIALIZED (
   FROM v JOIN jobs AS owner ON owner.id = v.job_id AND owner.node = v.node
                            AND owner.fence = v.fence AND owner.attempt = v.attempt
   WHERE steps.id = v.step_id AND steps.state = 'RUNNING'
+    AND (NOT v.has_next OR owner.state = 'RUNNING')
     AND steps.id = ANY(%(step_ids)s) AND owner.id = ANY(%(job_ids)s)
   RETURNING v.i
+), n AS (
+  UPDATE steps SET state = 'RUNNING', attempt = steps.attempt + 1,
+         started_at = clock_timestamp(), finished_at = NULL, exit_code = NULL, error = NULL
+  FROM json_to_recordset(CAST(%(next)s AS json)) AS x(i int, step_id bigint)
+  WHERE x.i IN (SELECT i FROM s) AND steps.id = x.step_id AND steps.state = 'READY'
+    AND steps.id = ANY(%(next_ids)s)
+  RETURNING x.i, steps.job_id, steps.name, steps.attempt
 ), j AS (
   UPDATE jobs SET state = v.job_state, error = v.job_error,
          finished_at = clock_timestamp(), updated_at = clock_timestamp()
@@ -155,8 +167,12 @@ WITH v AS MATERIALIZED (
   UNION ALL
   SELECT job_id, NULL, 'RUNNING', job_state, node, fence, attempt, job_error,
          clock_timestamp() FROM v WHERE i IN (SELECT i FROM j)
+  UNION ALL
+  SELECT n.job_id, n.name, 'READY', 'RUNNING', v.node, v.fence, n.attempt, NULL,
+         clock_timestamp() FROM n JOIN v ON v.i = n.i
 )
-SELECT 'step', i FROM s UNION ALL SELECT 'job', i FROM j;
+SELECT 'step', i FROM s UNION ALL SELECT 'job', i FROM j
+UNION ALL SELECT DISTINCT 'next', i FROM n;
 
 
 -- name: complete_steps.sqlite
@@ -180,11 +196,13 @@ FROM (SELECT json_extract(value, '$.step_id') AS step_id,
              json_extract(value, '$.wall_seconds') AS wall_seconds,
              json_extract(value, '$.cpu_seconds') AS cpu_seconds,
              json_extract(value, '$.peak_rss_kb') AS peak_rss_kb,
-             json_extract(value, '$.metrics') AS metrics
+             json_extract(value, '$.metrics') AS metrics,
+             json_extract(value, '$.has_next') AS has_next
       FROM json_each(?)) AS v
 JOIN jobs AS owner ON owner.id = v.job_id AND owner.node = v.node
                   AND owner.fence = v.fence AND owner.attempt = v.attempt
 WHERE steps.id = v.step_id AND steps.state = 'RUNNING'
+  AND (NOT v.has_next OR owner.state = 'RUNNING')
 RETURNING steps.id;
 
 

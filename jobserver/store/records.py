@@ -191,7 +191,8 @@ class StepOutcome:
 @dataclass
 class Completion:
     """The last write of a step attempt, fused with the job's final state when the
-    step ends the job (``job_state``), as queued for a group commit."""
+    step ends the job (``job_state``) or with the start of the steps it lets run
+    (``start_next``), as queued for a group commit."""
 
     token: ClaimToken
     step: StepRecord
@@ -200,6 +201,11 @@ class Completion:
     job_state: State | None = None
     job_error: str | None = None
     note: str | None = None
+    #: Steps to start (READY -> RUNNING) in the same write: a chain's next steps once
+    #: this one succeeded. With any, the whole write needs the job still RUNNING under
+    #: the token, so the step's end and its successors' start land together or not at
+    #: all (then the caller records the step alone, as :meth:`finish_step` does).
+    start_next: tuple[StepRecord, ...] = ()
 
 
 @dataclass

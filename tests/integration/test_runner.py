@@ -346,7 +346,8 @@ def test_the_leader_starts_its_own_share_in_the_assignment_round(store: Store) -
     at once, claimed under its lease; the other node's share waits, assigned to it."""
     for node in ("A", "B"):
         store.servers.register(node, "h", 1, "leader", 4)
-    job_ids = [submit(store, steps=[{"name": "s", "type": "sleep", "seconds": 0.3}])
+    # Long enough to be still running when counted on a loaded machine.
+    job_ids = [submit(store, steps=[{"name": "s", "type": "sleep", "seconds": 5}])
                for _ in range(6)]
     memory = create_lock_backend("memory", record_fence=store.epochs.advance)
     memory.acquire(presence_key("B"))

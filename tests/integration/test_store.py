@@ -195,6 +195,45 @@ def test_group_commit_reports_each_completion(store: Store) -> None:
     assert events[-2:] == [("s1", "RUNNING", "SUCCEED"), (None, "RUNNING", "SUCCEED")]
 
 
+CHAIN = [{"name": "a", "type": "noop"}, {"name": "b", "type": "noop", "depends_on": ["a"]},
+         {"name": "c", "type": "noop", "depends_on": ["a"]}]
+
+
+def test_a_step_end_starts_its_successors_in_the_same_write(store: Store) -> None:
+    """A chain's transition is one write: the step's SUCCEED and its successors'
+    READY -> RUNNING (attempt 1), with an audit row each, in one group commit."""
+    job_id = submit(store, steps=CHAIN)
+    job = store.runs.claim("n1", FakeLease(store), 1)[0]
+    first, *rest = job.steps
+    assert store.runs.complete([Completion(job.token(), first, 1, StepOutcome(State.SUCCEED),
+                                           start_next=tuple(rest))]) == [True]
+    stored = store.jobs.get(job_id)
+    assert [(s.name, s.state, s.attempt) for s in stored.steps] == [
+        ("a", State.SUCCEED, 1), ("b", State.RUNNING, 1), ("c", State.RUNNING, 1)]
+    assert stored.state is State.RUNNING
+    events = [(e.step, e.from_state, e.to_state, e.attempt) for e in store.jobs.events(job_id)]
+    assert events[-3] == ("a", "RUNNING", "SUCCEED", 1)
+    assert sorted(events[-2:]) == [("b", "READY", "RUNNING", 1), ("c", "READY", "RUNNING", 1)]
+
+
+def test_a_paused_job_gets_neither_the_step_end_nor_a_successor_start(store: Store) -> None:
+    """With successors to start, the write needs the job RUNNING: after a pause it
+    writes nothing (the runner then records the step alone), and a fenced-off run is
+    told so."""
+    paused, taken = submit(store, steps=CHAIN), submit(store, steps=CHAIN)
+    claimed = {job.id: job for job in store.runs.claim("n1", FakeLease(store), 2)}
+    store.jobs.apply(paused, Operation.PAUSE)
+    store.servers.requeue_orphans("n1", "n2")  # takes the running one (not the paused)
+    store.runs.claim("n2", FakeLease(store), 1)
+    results = store.runs.complete([
+        Completion(claimed[i].token(), claimed[i].steps[0], 1, StepOutcome(State.SUCCEED),
+                   start_next=tuple(claimed[i].steps[1:])) for i in (paused, taken)])
+    assert results[0] is False and isinstance(results[1], FencedOff)
+    stopped = store.jobs.get(paused)
+    assert stopped.state is State.STOPPED
+    assert [s.state for s in stopped.steps] == [State.RUNNING, State.READY, State.READY]
+
+
 def test_group_commit_keeps_every_outcome_column(store: Store) -> None:
     """The set-based write carries each step's audit through unchanged: exit code,
     output (quotes and newlines included), error, timings and metrics."""

@@ -6,7 +6,8 @@ commands talk to the API with ``--url``/``JOBSERVER_URL`` and
 ``jobserver cluster`` writes). Exit codes: 0 success, 1 the API refused, 2 bad usage
 or configuration, 3 a node stopped without draining, 4 a node gave up because one of
 its background loops died (``jobserver.serve``); ``batch run`` has its own
-(``jobserver.cli_batches``: 3 is a FAILED stage there).
+(``jobserver.cli_batches``: 3 is a FAILED stage there), and so has ``fence-check``
+(``jobserver.cli_fence``: 1 is a stale claim, 2 no answer).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobserver import cli_batches, cli_datasets, cli_materialize, cli_schedules, cli_tokens
+from jobserver import (cli_batches, cli_datasets, cli_fence, cli_materialize, cli_schedules,
+                       cli_tokens)
 from jobserver.config import CONFIG_ENV, Config, load_config
 from jobserver.exceptions import ConfigError, JobServerError
 from jobserver.logs import FORMATS, default_format, setup_logging
@@ -79,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_datasets.add_parser(sub, _client_options)
     cli_materialize.add_parser(sub, _client_options)
     cli_batches.add_parser(sub, _client_options)
+    cli_fence.add_parser(sub, _client_options)
     return parser
 
 
@@ -130,6 +133,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _cluster(load_config(args.config), args.nodes, args.demo)
     if args.command == "token":
         return cli_tokens.run(args, load_config(args.config))
+    if args.command == "fence-check":  # exit codes of its own: 1 is "stale"
+        return cli_fence.run(args, lambda: _client(args))
     if args.command == "db":
         from jobserver.store import Store
 

@@ -68,6 +68,11 @@ class Client:
     def operate(self, job_id: int, action: str) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/jobs/{job_id}/{action}")
 
+    def fence(self, job_id: int, fence: int, attempt: int | None = None) -> dict[str, Any]:
+        """Whether the job's claim under ``fence`` (and ``attempt``) is current."""
+        return self.request("GET", f"/api/v1/jobs/{job_id}/fence/{fence}",
+                            query={"attempt": attempt})
+
     # -- resources: schedules, datasets ---------------------------------------------------
     def resource(self, collection: str, namespace: str, name: str) -> dict[str, Any]:
         return self.request("GET", _path(collection, namespace, name))

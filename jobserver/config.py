@@ -148,6 +148,14 @@ class ApiConfig(_Section):
     submit_rate: float = Field(default=100.0, gt=0, le=1_000_000)
     submit_burst: int = Field(default=200, ge=1, le=1_000_000)
 
+    def local_url(self) -> str | None:
+        """Where a process on this host reaches the API (a step's ``JOBSERVER_URL``);
+        None on a Unix socket, which the CLI's client does not speak."""
+        if self.bind.startswith("unix:"):
+            return None
+        host, port = self.bind.rsplit(":", 1)
+        return f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
+
     @field_validator("tokens")
     @classmethod
     def _strong_tokens(cls, tokens: list[str]) -> list[str]:

@@ -37,8 +37,10 @@ MAX_BACKOFF = 300.0
 
 class JobExecution:
     def __init__(self, job: JobRecord, store: Store, step_types: dict[str, StepFunction],
-                 shell: ShellStepConfig, bus: EventBus, completer: Completer) -> None:
+                 shell: ShellStepConfig, bus: EventBus, completer: Completer,
+                 api_url: str | None = None) -> None:
         self.job = job
+        self._api_url = api_url
         self._completer = completer
         self._finished = False
         self._final_write: Future[bool] | None = None
@@ -384,12 +386,19 @@ class JobExecution:
             self._publish(State.RUNNING, outcome.state, step, outcome.wall_seconds, attempt,
                           note or outcome.error)
 
+    def _claim_is_current(self) -> bool:
+        """A step's check before an effect outside the job server: this run's claim
+        is the job's claim in the store now (one read; store errors propagate)."""
+        token = self.token
+        return self._store.fences.check(token.job_id, token.fence, token.attempt).current
+
     def _invoke(self, step: StepRecord, attempt: int) -> StepOutcome:
         ctx = StepContext(job_id=self.job.id, job_name=self.job.name, step=step.name,
                           attempt=attempt, job_attempt=self.token.attempt,
                           fence=self.token.fence, node=self.token.node,
                           params=self.job.params, shell=self._shell, cancelled=self.cancelled,
-                          started_monotonic=time.monotonic(), inputs=self.inputs)
+                          started_monotonic=time.monotonic(), inputs=self.inputs,
+                          api_url=self._api_url, fence_check=self._claim_is_current)
         try:
             return self._step_types[step.type](step.spec, ctx)
         except Exception as exc:

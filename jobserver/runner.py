@@ -105,8 +105,10 @@ class Runner:
     def __init__(self, store: Store, step_types: dict[str, StepFunction],
                  shell: ShellStepConfig, capacity: int,
                  on_slot_freed: Callable[[], None] = lambda: None,
-                 bus: EventBus | None = None) -> None:
+                 bus: EventBus | None = None, api_url: str | None = None) -> None:
+        """``api_url``: this node's API, handed to shell steps as ``JOBSERVER_URL``."""
         self._store = store
+        self._api_url = api_url
         self.bus = bus or EventBus()
         self._completer = Completer(store)
         self._step_types = step_types
@@ -154,7 +156,7 @@ class Runner:
         """Run ``job``; ``on_done`` is called when its execution ends (e.g. to release
         the job's segment lock)."""
         execution = JobExecution(job, self._store, self._step_types, self._shell, self.bus,
-                                 self._completer)
+                                 self._completer, self._api_url)
         with self._lock:
             self._running[job.id] = execution
         self._pool.submit(self._execute, execution, on_done)

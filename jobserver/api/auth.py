@@ -25,7 +25,8 @@ from typing import Any
 
 from jobserver.config import Config
 from jobserver.exceptions import AuthError, Forbidden, RateLimited
-from jobserver.store.tokens import ADMIN, ALL_SCOPES, OPERATE, READ, SHELL, SQL, SUBMIT
+from jobserver.store.tokens import (ADMIN, ALL_SCOPES, FENCE, OPERATE, READ, SHELL, SQL,
+                                    SUBMIT, grants)
 
 ENDPOINT_SCOPES: dict[str, str] = {
     "jobs.submit": SUBMIT,
@@ -33,6 +34,9 @@ ENDPOINT_SCOPES: dict[str, str] = {
     "jobs.get_job": READ,
     "jobs.job_events": READ,
     "jobs.operate": OPERATE,
+    # The token to give steps: it answers whether a claim is current (yes or no, for
+    # any job) and nothing else; 'read' includes it.
+    "fences.check_fence": FENCE,
     "schedules.list_schedules": READ,
     "schedules.get_schedule": READ,
     "schedules.schedule_jobs": READ,
@@ -134,7 +138,7 @@ def authenticate(config: Config, store: Any, authorization: str) -> Principal:
 
 def authorize(principal: Principal, endpoint: str | None) -> None:
     scope = required_scope(endpoint)
-    if scope is not None and scope not in principal.scopes:
+    if scope is not None and not grants(principal.scopes, scope):
         raise Forbidden(f"token {principal.name!r} lacks the {scope!r} scope",
                         {"required_scope": scope, **principal.describe()})
 

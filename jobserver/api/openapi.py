@@ -247,6 +247,7 @@ def _paths() -> dict[str, Any]:
 def document() -> dict[str, Any]:
     # Imported here: the schedules' part of the document is built from this module's
     # helpers.
+    from jobserver.api import fences
     from jobserver.batches import openapi as batches
     from jobserver.batches.planner import RunRequest
     from jobserver.batches.spec import BatchConfigSpec
@@ -274,12 +275,13 @@ def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobserver", "version": __version__},
-        "paths": {**_paths(), **schedules.paths(), **datasets.paths(),
+        "paths": {**_paths(), **fences.paths(), **schedules.paths(), **datasets.paths(),
                   **consumers.paths(), **views.paths(), **batches.paths()},
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (
                 "A token from api.tokens (every scope) or from `jobserver token create` "
-                "with scopes: read (GET routes), submit (jobs; creating and updating "
+                "with scopes: read (GET routes), fence (only the fence check, which read "
+                "includes), submit (jobs; creating and updating "
                 "schedules and datasets; adding partitions), shell (jobs and schedule "
                 "templates with shell steps, with submit), sql (likewise for sql steps), "
                 "operate (pause, resume, rerun, "

@@ -1,8 +1,10 @@
 """Step types. Each is one function ``run(spec, ctx) -> StepOutcome``.
 
 A step body never sees the store: it gets a :class:`StepContext` with the ids it
-needs, the job's params and a ``cancelled`` event that is set when an operator pauses
-or discards the job, or when this node loses the job.
+needs, the job's params, a ``cancelled`` event that is set when an operator pauses
+or discards the job, or when this node loses the job, and
+:meth:`StepContext.fence_is_current` to ask the store, before an effect outside the
+job server, whether this run still holds the job.
 """
 
 from __future__ import annotations
@@ -35,6 +37,26 @@ class StepContext:
     #: "consumer", "partitions": [{"id", "key", "location", "metadata",
     #: "created_at", "failed_attempts"}]}`` (jobserver.datasets.working_set).
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: This node's API for the step's own calls (``JOBSERVER_URL`` of shell steps).
+    api_url: str | None = None
+    #: The store's answer for this run's claim (see :meth:`fence_is_current`).
+    fence_check: Callable[[], bool] | None = None
+
+    def fence_is_current(self) -> bool:
+        """Whether the job is still RUNNING under this run's claim (its ``fence`` and
+        ``job_attempt``) in the store, right now: one read by the job's id.
+
+        Call it just before an effect outside the job server and skip the effect when
+        it is False: another claim runs (or will run) the job, or it was stopped. It
+        narrows the window in which a stale run acts, and cannot close it; the README's
+        "Guarding outside effects" shows how the outside system closes it. Raises
+        :class:`~jobserver.exceptions.StoreError` when the store cannot answer (then
+        act as if False). ``cancelled`` is this node's own, cheaper view: it is set
+        within about half a second of the job being taken over.
+        """
+        if self.fence_check is None:  # a context made outside a node (tests, tools)
+            raise RuntimeError("this step context has no claim to check")
+        return self.fence_check()
 
 
 StepFunction = Callable[[dict[str, Any], StepContext], StepOutcome]

@@ -1,7 +1,9 @@
 """Shell steps: an argv list run without a shell, in its own process group.
 
 The environment is built from an allow-list (``steps.shell.env_passthrough``) plus
-the step's own ``env`` and the ``JOBSERVER_*`` variables. Cancellation and timeouts
+the step's own ``env`` and the ``JOBSERVER_*`` variables: the run's claim
+(``JOBSERVER_JOB_ID``, ``JOBSERVER_FENCE``, ``JOBSERVER_JOB_ATTEMPT``), which
+``jobserver fence-check`` reads, and the node's API (``JOBSERVER_URL``). Cancellation and timeouts
 send SIGTERM to the whole group, then SIGKILL after ``kill_grace`` seconds. Output
 (stdout and stderr together) is kept up to ``output_limit_bytes``: the head and the
 tail, with the size of what was cut. The step's runtime audit (CPU seconds, peak RSS)
@@ -73,6 +75,11 @@ def build_env(spec: dict[str, Any], ctx: Any, metrics_file: Path,
         "JOBSERVER_FENCE": str(ctx.fence), "JOBSERVER_NODE": ctx.node,
         "JOBSERVER_METRICS_FILE": str(metrics_file),
     })
+    # For `jobserver fence-check` in the step; an operator's or the step's own value
+    # (a load balancer, say) wins.
+    api_url = getattr(ctx, "api_url", None)
+    if api_url is not None:
+        env.setdefault("JOBSERVER_URL", api_url)
     if partitions_file is not None:
         env[PARTITIONS_ENV] = str(partitions_file)
         env.update(_input_files(ctx, partitions_file.parent))

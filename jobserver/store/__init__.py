@@ -1,8 +1,8 @@
 """The metadata store: the only place that talks SQL.
 
 :class:`Store` owns the engine and hands out repositories by concern — ``jobs`` (what
-the API does), ``runs`` (what schedulers and runners do), ``servers`` (nodes and
-heartbeats), ``epochs`` (fence counters for lock backends), ``tokens`` (API
+the API does), ``runs`` (what schedulers and runners do), ``fences`` (whether a
+run's claim is still current), ``servers`` (nodes and heartbeats), ``epochs`` (fence counters for lock backends), ``tokens`` (API
 tokens), ``schedules`` (the schedule catalog users change, see
 :mod:`jobserver.schedules.catalog`), ``datasets``, ``partitions`` and ``consumers`` (see
 :mod:`jobserver.datasets`), ``views`` (see :mod:`jobserver.views.store`), ``batch_configs``
@@ -107,6 +107,7 @@ class Store:
         from jobserver.datasets.partitions import PartitionRepository
         from jobserver.schedules.catalog import ScheduleCatalog
         from jobserver.store.epochs import EpochRepository
+        from jobserver.store.fences import FenceRepository
         from jobserver.store.jobs import JobRepository
         from jobserver.store.runs import RunRepository
         from jobserver.store.servers import ServerRepository
@@ -118,6 +119,7 @@ class Store:
         self.tx = Transactions(self.engine, notify)
         self.jobs = JobRepository(self.tx)
         self.runs = RunRepository(self.tx)
+        self.fences = FenceRepository(self.tx)
         self.servers = ServerRepository(self.tx)
         self.epochs = EpochRepository(self.tx)
         self.tokens = TokenRepository(self.tx)

@@ -103,7 +103,8 @@ class ServerRepository:
     def requeue_orphans(self, node_id: str, rescuer: str,
                         only: Collection[OwnedRun] | None = None
                         ) -> builtins.list[tuple[int, State]]:
-        """Re-queue (or fail) every job RUNNING on a dead node; exactly once per job.
+        """Re-queue (or fail) every job RUNNING on a dead node, each run once (the
+        step that was running runs again: at-least-once, README "Guarantees").
 
         Each job is a compare-and-set on (id, node, fence, attempt), so two rescuers
         never both move it. A job whose running step is ``retryable: false`` goes to

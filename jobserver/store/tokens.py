@@ -5,6 +5,9 @@ SHA-256 (see :class:`~jobserver.store.models.ApiTokenRow` for why a plain digest
 right hash here). Each token has scopes and an optional expiry:
 
 ``read``     every GET route (jobs, events, cluster, metrics, the OpenAPI document)
+``fence``    only the fence check (``GET /api/v1/jobs/<id>/fence/<fence>``), which
+             ``read`` includes: the token to hand to steps, whose environment and
+             output other people may see
 ``submit``   ``POST /api/v1/jobs``; creating and updating schedules
 ``shell``    in addition to ``submit``: jobs and schedule templates with ``shell`` steps
 ``sql``      in addition to ``submit``: jobs and schedule templates with ``sql`` steps
@@ -35,15 +38,23 @@ from jobserver.store.tables import api_tokens
 log = logging.getLogger(__name__)
 
 READ, SUBMIT, SHELL, OPERATE, ADMIN = "read", "submit", "shell", "operate", "admin"
-SQL = "sql"
-SCOPES = (READ, SUBMIT, SHELL, SQL, OPERATE, ADMIN)
+SQL, FENCE = "sql", "fence"
+SCOPES = (READ, FENCE, SUBMIT, SHELL, SQL, OPERATE, ADMIN)
 ALL_SCOPES = frozenset(SCOPES)
+#: Scopes a scope grants besides itself: whoever may read a job may ask whether its
+#: claim is current.
+INCLUDED: dict[str, frozenset[str]] = {READ: frozenset({FENCE})}
 
 #: Prefix of stored tokens' secrets, so that secret scanners and people can tell one.
 SECRET_PREFIX = "jst_"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,99}$")
 #: ``last_used_at`` is written at most this often per token, so that reads stay reads.
 LAST_USED_RESOLUTION = 60.0
+
+
+def grants(scopes: frozenset[str] | tuple[str, ...], scope: str) -> bool:
+    """Whether a token with ``scopes`` may use a route that needs ``scope``."""
+    return scope in scopes or any(scope in INCLUDED.get(held, ()) for held in scopes)
 
 
 def hash_secret(secret: str) -> str:

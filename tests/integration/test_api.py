@@ -73,7 +73,8 @@ def fields_of(error: dict[str, Any]) -> list[str]:
 
 # -- 1. auth ---------------------------------------------------------------------------
 ROUTES = [("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("get", "/api/v1/jobs/1"),
-          ("get", "/api/v1/jobs/1/events"), ("get", "/api/v1/cluster"),
+          ("get", "/api/v1/jobs/1/events"), ("get", "/api/v1/jobs/1/fence/7"),
+          ("get", "/api/v1/cluster"),
           ("get", "/api/v1/openapi.json"), ("get", "/metrics")] + [
     ("post", f"/api/v1/jobs/1/{a}") for a in ACTIONS] + [
     ("get", "/api/v1/schedules"), ("post", "/api/v1/schedules")] + [
@@ -99,7 +100,7 @@ TEMPLATES = {"/default/nightly": "/{namespace}/{name}", "/consumers/c1": "/consu
              "/view-definitions/app.pkg/Sales": "/view-definitions/{package}/{view}",
              "/materialize/app.pkg/Sales": "/materialize/{pattern}",
              "/configs/nightly": "/configs/{name}", "/runs/7": "/runs/{run_id}",
-             "/jobs/1": "/jobs/{job_id}"}
+             "/jobs/1": "/jobs/{job_id}", "/fence/7": "/fence/{fence}"}
 
 
 def templated(path: str) -> str:
@@ -427,8 +428,8 @@ def test_openapi_documents_every_route_and_resolves_refs(api: Api) -> None:
     served = set()  # every route the app really serves, in OpenAPI's spelling
     for rule in client.application.url_map.iter_rules():
         path = re.sub(r"<int[^>]*:(job_id|run_id)>", r"{\1}", rule.rule)
-        path = re.sub(r"<(?:path:)?(namespace|name|consumer|package|view|pattern)>", r"{\1}",
-                      path)
+        path = re.sub(r"<(?:path:)?(namespace|name|consumer|package|view|pattern|fence)>",
+                      r"{\1}", path)
         choices = re.search(r"<any\(([^)]*)\):action>", path)
         for option in choices.group(1).split(", ") if choices else [None]:
             served |= {(m.lower(), path.replace(choices.group(0), option) if option else path)

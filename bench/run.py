@@ -7,6 +7,7 @@
     python -m bench --only schedules --schedules 2000 --minutes 2
     python -m bench --only datasets --partitions 200000
     python -m bench --only views --views 20 --view-days 5000 --view-run 10x1000
+    python -m bench --only retention --retention-jobs 1000000 --rounds 2
 
 Each scenario prints a table and writes ``bench/results/<scenario>[-smoke].json``;
 ``summary`` puts our figures beside the issue's targets and the peers' ratios. Timing
@@ -27,7 +28,7 @@ from typing import Any
 from bench.common import RESULTS_DIR, Options, log, write_result
 
 SCENARIOS = ["floor", "throughput", "latency", "footprint", "failover", "backlog", "peers",
-             "profile", "schedules", "datasets", "views"]
+             "profile", "schedules", "datasets", "views", "retention"]
 NEEDS_ZK = {"throughput", "failover", "profile"}
 
 
@@ -61,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
                         "are addressed (default 5000)")
     parser.add_argument("--view-run", help="views: the lattice of no-op jobs run, "
                         "VIEWSxDAYS (default 10x1000, about 10,000 partitions)")
+    parser.add_argument("--retention-jobs", type=int, help="retention: old finished jobs in "
+                        "the table, deleted while claims are measured (default 1000000)")
+    parser.add_argument("--rounds", type=int, help="retention: rounds of the three phases "
+                        "(default 2)")
     parser.add_argument("--no-zookeeper", action="store_true")
     parser.add_argument("--no-profile", action="store_true", help="skip py-spy")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -162,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
                 views.run(opts, args.views, args.view_days,
                           args.stores.split(",") if args.stores else None,
                           _pair(args.view_run) if args.view_run else None)
+            elif name == "retention":
+                from bench import retention
+                retention.run(opts, args.retention_jobs, args.rounds)
             log(f"--- {name} took {time.monotonic() - started:.0f} s")
         summary(opts)
     finally:
@@ -244,6 +252,7 @@ def summary(opts: Options) -> list[dict[str, Any]]:
     _add_schedules(add, (_load("schedules", opts.smoke) or {}).get("rows", []))
     _add_datasets(add, (_load("datasets", opts.smoke) or {}).get("rows", []))
     _add_views(add, _load("views", opts.smoke) or {})
+    _add_retention(add, _load("retention", opts.smoke) or {})
     if rows:
         write_result("summary", opts, rows)
         if not opts.smoke:  # the figures RESULTS.md compares the next run against
@@ -304,6 +313,16 @@ def _add_views(add: Any, document: dict[str, Any]) -> None:
     for row in document.get("run_rows", []):
         add(f"views {row['partitions']:,} no-op partitions run, {row['store']}: "
             "materialized per s", row["run_per_s"], "report", None, submit_s=row["submit_s"])
+
+
+def _add_retention(add: Any, document: dict[str, Any]) -> None:
+    """The retention scenario's target: claim rate and p99 latency while old jobs are
+    deleted within 10 % of those without."""
+    for phase, figures in (document.get("ratios") or {}).items():
+        what = f"retention {document.get('old_jobs', 0):,} old jobs, deleted by {phase}"
+        rate, p99 = figures.get("claim_rate_ratio"), figures.get("p99_ratio")
+        add(f"{what}: claim rate vs none", rate, ">= 0.9", None if rate is None else rate >= 0.9)
+        add(f"{what}: p99 vs none", p99, "<= 1.1", _le(p99, 1.1))
 
 
 def _pair(text: str) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 """The ``jobserver`` command line.
 
-Server commands (``serve``, ``cluster``, ``db upgrade``) read the config; client
+Server commands (``serve``, ``cluster``, ``db upgrade``, and the admin commands
+``token`` and ``purge``) read the config; client
 commands talk to the API with ``--url``/``JOBSERVER_URL`` and
 ``--token``/``JOBSERVER_TOKEN`` (falling back to the config and the token file that
 ``jobserver cluster`` writes). Exit codes: 0 success, 1 the API refused, 2 bad usage
@@ -21,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobserver import (cli_batches, cli_datasets, cli_fence, cli_materialize, cli_schedules,
-                       cli_tokens)
+from jobserver import (cli_batches, cli_datasets, cli_fence, cli_materialize, cli_purge,
+                       cli_schedules, cli_tokens)
 from jobserver.config import CONFIG_ENV, Config, load_config
 from jobserver.exceptions import ConfigError, JobServerError
 from jobserver.logs import FORMATS, default_format, setup_logging
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database schema")
     db.add_argument("action", choices=["upgrade"])
     cli_tokens.add_parser(sub)
+    cli_purge.add_parser(sub)
     for name, text in (("submit", "submit a job spec (JSON file, or - for stdin)"),):
         command = sub.add_parser(name, help=text)
         command.add_argument("file")
@@ -135,6 +137,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return cli_tokens.run(args, load_config(args.config))
     if args.command == "fence-check":  # exit codes of its own: 1 is "stale"
         return cli_fence.run(args, lambda: _client(args))
+    if args.command == "purge":
+        return cli_purge.run(args, load_config(args.config))
     if args.command == "db":
         from jobserver.store import Store
 

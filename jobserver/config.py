@@ -291,6 +291,60 @@ class ViewsConfig(_Section):
     data_root: Path | None = None
 
 
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration_seconds(value: Any) -> Any:
+    """A duration in seconds from a number or a text such as ``3600``, ``90m``,
+    ``12h``, ``30d`` or ``4w``; ``off`` is 0. Anything else is left for the field's
+    own validation to refuse."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if text == "off":
+        return 0
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{value!r} is not a duration such as 3600, 90m, 12h, 30d, 4w "
+                         "or off")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+#: The shortest retention of finished jobs: a job is kept at least this long.
+MIN_RETENTION = 60.0
+
+
+class RetentionConfig(_Section):
+    """Retention of finished jobs (jobserver.retention), by the node holding the planner
+    seat."""
+
+    # SUCCEED and DISCARDED jobs finished longer ago than this are deleted with their
+    # steps and events, unless something still refers to them (see the README's
+    # Retention). A duration ("30d", "12h", seconds); 0 or "off" keeps every job.
+    finished_jobs: float = Field(default=30 * 86400.0, ge=0, le=100 * 365 * 86400)
+    # Seconds between looks for jobs to delete, once none is left.
+    interval: float = Field(default=60.0, gt=0, le=86400)
+    # Jobs deleted per transaction: each one holds SQLite's write lock, or the rows
+    # of those jobs on PostgreSQL, for its length.
+    batch_size: int = Field(default=500, ge=1, le=10_000)
+    # Seconds between two delete transactions, so that claims and completions get
+    # the database (SQLite: the write lock) in between.
+    pause: float = Field(default=0.1, ge=0, le=60)
+
+    @field_validator("finished_jobs", "interval", "pause", mode="before")
+    @classmethod
+    def _durations(cls, value: Any) -> Any:
+        return duration_seconds(value)
+
+    @field_validator("finished_jobs")
+    @classmethod
+    def _not_too_short(cls, value: float) -> float:
+        if 0 < value < MIN_RETENTION:
+            raise ValueError(f"keep finished jobs at least {MIN_RETENTION:.0f} s, or 0 (off)")
+        return value
+
+
 class Config(_Section):
     data_dir: Path = Path(".jobserver")
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
@@ -304,6 +358,7 @@ class Config(_Section):
     connections: dict[Annotated[str, StringConstraints(pattern=CONNECTION_NAME)],
                       ConnectionConfig] = Field(default_factory=dict, max_length=100)
     views: ViewsConfig = Field(default_factory=ViewsConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
 
     @property
     def views_root(self) -> Path:

@@ -97,6 +97,10 @@ class NodeMetrics:
                                "Jobs of dead nodes re-queued or failed by this node")
         self.fenced = counter("jobserver_fenced_writes_total",
                               "Writes refused because another owner holds the job")
+        self.retention_deleted = counter(
+            "jobserver_retention_deleted_total",
+            "Old finished jobs this node deleted, with their steps and events "
+            "(retention.finished_jobs)")
         self.dispatch = Histogram("jobserver_dispatch_latency_seconds",
                                   "Submit (or re-queue) to claim", buckets=LATENCY_BUCKETS,
                                   registry=registry)

@@ -31,6 +31,7 @@ from jobserver.metrics import NodeMetrics, multiprocess
 from jobserver.retrying import retry
 from jobserver.batches.tracker import BatchTracker
 from jobserver.planner import PlannerSeat
+from jobserver.retention import RetentionLoop
 from jobserver.runner import Runner
 from jobserver.datasets.feed import NewPartitions
 from jobserver.schedules.evaluator import ScheduleEvaluator
@@ -143,6 +144,7 @@ class Node:
         self.view_listeners, self.views = self._view_tracker()
         self.batches = BatchTracker(self.store, self.seat, self._policy(),
                                     stopping=self.ctx.stopping)
+        self.retention = self._retention()
         self._presence: Lease | None = None
         self._heartbeat = Periodic("heartbeat", config.server.heartbeat_interval,
                                    self.heartbeat)
@@ -171,6 +173,14 @@ class Node:
                                       release=self._release_launched)
         evaluator.partition_feeds.append(NewPartitions(self.store))
         return evaluator
+
+    def _retention(self) -> RetentionLoop | None:
+        """The deletion of old finished jobs, which acts only while this node holds
+        the planner seat; None when ``retention.finished_jobs`` is 0."""
+        if not self.config.retention.finished_jobs:
+            return None
+        return RetentionLoop(self.store, self.seat, self.config.retention,
+                             self.metrics.retention_deleted, stopping=self.ctx.stopping)
 
     def _policy(self) -> Policy:
         return Policy(self.python_steps.is_registered,
@@ -231,6 +241,8 @@ class Node:
             self.view_listeners.start()
             self.views.start()
         self.batches.start()
+        if self.retention is not None:
+            self.retention.start()
         self.supervisor.watch(*self.loops())
         log.info("node %s started in %s mode with %s lock backend", self.id,
                  self.config.scheduler.mode.value, self.config.lock.backend)
@@ -256,7 +268,8 @@ class Node:
         """Every background loop of this node and of its parts."""
         wake = [self._listener] if self._listener is not None else []
         planners: list[Loop] = [self.batches]
-        planners += [loop for loop in (self.schedules, self.views) if loop is not None]
+        planners += [loop for loop in (self.schedules, self.views, self.retention)
+                     if loop is not None]
         view_listeners = self.view_listeners.loops() if self.view_listeners else []
         return [self._heartbeat, self._scheduling, *wake, *planners, *self.runner.loops(),
                 *self.locks.loops(), *self.listeners.loops(), *view_listeners]
@@ -348,7 +361,7 @@ class Node:
         (the scheduler loop releases them as it ends); running jobs go on."""
         self.ctx.stopping.set()
         self.ctx.wake.set()
-        for planner in (self.schedules, self.views):
+        for planner in (self.schedules, self.views, self.retention):
             if planner is not None:
                 planner.stop()
         if self._drain_advertised:
@@ -386,7 +399,7 @@ class Node:
         # A thread waiting on an unreachable lock service would hold the stop up.
         self.locks.abort_waits()
         for loop in (self._heartbeat, self._scheduling, self.schedules, self.views,
-                     self.batches):
+                     self.batches, self.retention):
             if loop is not None:
                 loop.stop()
                 loop.join(5)

@@ -26,8 +26,10 @@ from jobserver.exceptions import ConstraintViolation, StoreError, StoreUnavailab
 #: operator intervention such as a shutdown or a terminated session (57), system
 #: error (58).
 PG_UNAVAILABLE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
-#: Single SQLSTATEs of an outage: the session ended for idling in a transaction.
-PG_UNAVAILABLE_STATES = frozenset({"25P03"})
+#: Single SQLSTATEs of an outage: the session ended for idling in a transaction; a
+#: row lock not obtained within the transaction's ``lock_timeout`` (retention's
+#: deletes give up rather than wait, and try again later).
+PG_UNAVAILABLE_STATES = frozenset({"25P03", "55P03"})
 #: SQLite primary result codes of an outage: BUSY, LOCKED, IOERR, FULL, CANTOPEN,
 #: PROTOCOL.
 SQLITE_UNAVAILABLE_CODES = frozenset({5, 6, 10, 13, 14, 15})

@@ -1,0 +1,102 @@
+"""The retention loop: rounds under the planner seat's lease, fenced, on real stores; and
+on real in-process nodes, where only the node holding the seat deletes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert
+from prometheus_client import CollectorRegistry, Counter
+
+from jobserver.config import RetentionConfig
+from jobserver.exceptions import FencedOff
+from jobserver.node import Node
+from jobserver.retention import ROUND_BATCHES, RetentionLoop
+from jobserver.steps.python import PythonSteps
+from jobserver.store import Store
+from tests.helpers import FakeLease, wait_for
+from jobserver.store.tables import jobs
+from tests.integration.test_retention import OLD, newest_young, old_job, present, submit
+from tests.integration.test_supervision import config_for
+
+
+def counter() -> Counter:
+    return Counter("deleted", "jobs deleted", registry=CollectorRegistry())
+
+
+def test_a_round_deletes_old_jobs_under_the_lease_and_counts_them(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    old = [old_job(store) for _ in range(5)]
+    tail = newest_young(store)
+    deleted = counter()
+    loop = RetentionLoop(store, None, RetentionConfig(interval=30, batch_size=2, pause=0),
+                         deleted)
+    with caplog.at_level(logging.INFO, logger="jobserver.retention"):
+        wait = loop.round(FakeLease(store))  # type: ignore[arg-type]
+    assert present(store) == {tail} and wait == 30
+    assert deleted._value.get() == len(old)
+    assert "retention: deleted 5 jobs (5 steps" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="jobserver.retention"):
+        assert loop.round(FakeLease(store)) == 30  # type: ignore[arg-type]
+    assert "retention" not in caplog.text  # a round that deletes nothing says nothing
+
+
+def test_a_round_with_more_left_hands_over_after_the_pause(store: Store) -> None:
+    old = [old_job(store) for _ in range(ROUND_BATCHES + 1)]
+    tail = newest_young(store)
+    loop = RetentionLoop(store, None, RetentionConfig(batch_size=1, pause=0.01))
+    lease = FakeLease(store)
+    assert loop.round(lease) == 0.01  # type: ignore[arg-type]
+    assert present(store) == {old[-1], tail}
+    assert loop.round(lease) == 60  # type: ignore[arg-type]
+    assert present(store) == {tail}
+
+
+def test_a_round_under_a_lease_taken_over_deletes_nothing(store: Store) -> None:
+    old = old_job(store)
+    newest_young(store)
+    stale = FakeLease(store)
+    FakeLease(store)  # another node took the seat since
+    loop = RetentionLoop(store, None, RetentionConfig())
+    with pytest.raises(FencedOff):
+        loop.round(stale)  # type: ignore[arg-type]
+    assert old in present(store)
+
+
+def insert_old(store: Store, count: int) -> list[int]:
+    """Jobs that ended long ago, as rows (a claim here would take the nodes' lease)."""
+    with store.tx.write() as conn:
+        return list(conn.execute(insert(jobs).returning(jobs.c.id), [
+            {"name": "old", "state": "SUCCEED", "params": {}, "created_at": OLD,
+             "updated_at": OLD, "finished_at": OLD} for _ in range(count)]).scalars())
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "data"
+
+
+def test_only_the_node_holding_the_seat_deletes(data_dir: Path) -> None:
+    settings = {"JOBSERVER_RETENTION__INTERVAL": "0.2"}
+    first = Node(config_for(data_dir, "n1", **settings), PythonSteps())
+    first.start()
+    nodes = [first]
+    try:
+        wait_for(lambda: first.scheduler.active, 10, what="n1 active")
+        second = Node(config_for(data_dir, "n2", **settings), PythonSteps())
+        second.start()
+        nodes.append(second)
+        old = insert_old(first.store, 3)
+        tail = submit(first.store, name="tail")
+        wait_for(lambda: not present(first.store) & set(old), 15,
+                 what="the old jobs deleted")
+        assert tail in present(first.store)
+        counts = [node.metrics.retention_deleted._value.get() for node in nodes]
+        assert counts == [len(old), 0]
+    finally:
+        for node in nodes:
+            node.stop(drain_timeout=0)

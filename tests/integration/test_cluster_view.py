@@ -1,5 +1,6 @@
 """The cluster view and the node metrics tell a crash at once: real ``serve`` processes,
-a real ``kill -9`` of the active node, on the file and the PostgreSQL lock backends.
+a real ``kill -9`` of the active node (the global lock's holder, or the leader), on the
+file and the PostgreSQL lock backends.
 
 ``server.dead_after`` is a minute here, so nothing in these tests can come from a
 heartbeat ageing out: within a second of the kill, ``GET /api/v1/cluster`` and
@@ -34,12 +35,16 @@ def harness(tmp_path: Path):
     harness.cleanup()
 
 
-@pytest.fixture(params=["file", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=["file", pytest.param("postgres", marks=pytest.mark.postgres),
+                        "file-leader"])
 def backend(request: pytest.FixtureRequest) -> dict[str, str]:
-    """Node settings for the lock backend: file locks over SQLite, or advisory locks
-    over a clean, migrated PostgreSQL database."""
+    """Node settings for the lock backend: file locks over SQLite (in ``single`` mode,
+    or in ``leader`` mode), or advisory locks over a clean, migrated PostgreSQL
+    database."""
     if request.param == "file":
         return {}
+    if request.param == "file-leader":
+        return {"JOBSERVER_SCHEDULER__MODE": "leader"}
     from tests.conftest import _empty
 
     store = request.getfixturevalue("pg_store_session")

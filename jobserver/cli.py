@@ -6,9 +6,10 @@ commands talk to the API with ``--url``/``JOBSERVER_URL`` and
 ``--token``/``JOBSERVER_TOKEN`` (falling back to the config and the token file that
 ``jobserver cluster`` writes). Exit codes: 0 success, 1 the API refused, 2 bad usage
 or configuration, 3 a node stopped without draining, 4 a node gave up because one of
-its background loops died (``jobserver.serve``); ``batch run`` has its own
-(``jobserver.cli_batches``: 3 is a FAILED stage there), and so has ``fence-check``
-(``jobserver.cli_fence``: 1 is a stale claim, 2 no answer).
+its background loops died, 5 a node's API process kept exiting and the node drained
+(``jobserver.serve``); ``batch run`` has its own (``jobserver.cli_batches``: 3 is a
+FAILED stage there), and so has ``fence-check`` (``jobserver.cli_fence``: 1 is a stale
+claim, 2 no answer).
 """
 
 from __future__ import annotations

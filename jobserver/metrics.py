@@ -241,11 +241,14 @@ class ApiMetrics:
 
 
 class StoreCollector:
-    """Cluster-wide figures read from the store at scrape time."""
+    """Cluster-wide figures read from the store at scrape time; whether each node is
+    alive also from the lock service, through ``presence`` (a
+    :class:`jobserver.presence.PresenceProbe`; None: by heartbeats alone)."""
 
-    def __init__(self, store: Any, dead_after: float) -> None:
+    def __init__(self, store: Any, dead_after: float, presence: Any = None) -> None:
         self._store = store
         self._dead_after = dead_after
+        self._presence = presence
 
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
@@ -259,17 +262,24 @@ class StoreCollector:
         age = GaugeMetricFamily("jobserver_node_heartbeat_age_seconds",
                                 "Seconds since each known node's last heartbeat",
                                 labels=("node",))
-        alive = GaugeMetricFamily("jobserver_node_alive", "1 if the node is alive",
+        alive = GaugeMetricFamily("jobserver_node_alive",
+                                  "1 if the node is alive: registered, its heartbeat younger "
+                                  "than server.dead_after and its presence lock held",
                                   labels=("node",))
         dead = GaugeMetricFamily("jobserver_node_dead",
-                                 "1 if the node did not stop cleanly and its heartbeat is "
-                                 "older than server.dead_after (crashed or cut off); a node "
-                                 "that stopped cleanly is 0", labels=("node",))
-        for server in self._store.servers.list():
-            fresh = server.heartbeat_age <= self._dead_after
+                                 "1 if the node did not stop cleanly and is gone: its "
+                                 "presence lock is free or its heartbeat is older than "
+                                 "server.dead_after (crashed or cut off); a node that "
+                                 "stopped cleanly is 0", labels=("node",))
+        from jobserver.presence import alive_nodes
+
+        servers = self._store.servers.list()
+        living = alive_nodes(servers, self._dead_after, self._presence)
+        for server in servers:
             age.add_metric((server.id,), server.heartbeat_age)
-            alive.add_metric((server.id,), float(server.state == "alive" and fresh))
-            dead.add_metric((server.id,), float(server.state == "alive" and not fresh))
+            alive.add_metric((server.id,), float(server.id in living))
+            dead.add_metric((server.id,),
+                            float(server.state == "alive" and server.id not in living))
         yield age
         yield alive
         yield dead
@@ -337,8 +347,10 @@ class StoreCollector:
         yield lag
 
 
-def exposition(store: Any, dead_after: float, local_registry: Any) -> tuple[bytes, str]:
-    """The text of ``GET /metrics``: every process of this node plus the store's figures."""
+def exposition(store: Any, dead_after: float, local_registry: Any,
+               presence: Any = None) -> tuple[bytes, str]:
+    """The text of ``GET /metrics``: every process of this node plus the store's figures
+    (nodes alive as ``presence`` tells, see :class:`StoreCollector`)."""
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
     registry = CollectorRegistry()
@@ -348,7 +360,7 @@ def exposition(store: Any, dead_after: float, local_registry: Any) -> tuple[byte
         mp.MultiProcessCollector(registry)
     else:
         registry.register(_Forward(local_registry))
-    registry.register(StoreCollector(store, dead_after))
+    registry.register(StoreCollector(store, dead_after, presence))
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 

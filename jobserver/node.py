@@ -45,7 +45,7 @@ from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
 from jobserver.store.records import ClaimToken
 from jobserver.wakeup import WakeSource, watcher_for
-from locks import create_lock_backend
+from locks import make_lock_backend
 from locks.base import Lease, LockBackend
 from schedulers import Scheduler, SchedulerContext, create_scheduler
 from schedulers.base import presence_key
@@ -58,34 +58,14 @@ log = logging.getLogger(__name__)
 SCHEMA_LOCK = "schema/upgrade"
 
 
-def make_lock_backend(config: Config, store: Store) -> LockBackend:
-    """The configured backend, recording every fence it draws in ``store``: file and
-    postgres draw theirs there, ZooKeeper and memory record their own."""
-    identity = config.server.id
-    lock_url = config.lock.url or config.database_url
-    if config.lock.backend == "postgres" and not lock_url.startswith("postgresql"):
-        raise ConfigError("lock.backend: postgres locks need a PostgreSQL database.url "
-                          "(or lock.url)")
-    options: dict[str, dict[str, object]] = {
-        "file": {"directory": config.data_dir / "locks", "next_fence": store.epochs.bump,
-                 "identity": identity},
-        "postgres": {"url": lock_url, "identity": identity,
-                     "next_fence": store.epochs.bump, "holder_of": store.epochs.holder,
-                     "session_timeout": config.lock.session_timeout},
-        "zookeeper": {"hosts": config.zookeeper.hosts, "root": config.zookeeper.root,
-                      "identity": identity, "record_fence": store.epochs.advance,
-                      "session_timeout": config.zookeeper.session_timeout,
-                      "auth": (config.zookeeper.auth.get_secret_value()
-                               if config.zookeeper.auth else None)},
-        "memory": {"record_fence": store.epochs.advance, "identity": identity},
-    }
-    return create_lock_backend(config.lock.backend, **options.get(config.lock.backend, {}))
-
-
 #: How long start-up keeps trying a lock whose backend connection is down.
 START_RETRY_FOR = 15.0
 #: added to the lock service's grace for a dead holder: its expiry is noticed late
 PRESENCE_MARGIN = 2.0
+#: How long a start waits for a presence lock that dies with its holder's process (file
+#: locks): another process asking whether it is held (the cluster view, a rescue) takes
+#: it for a moment, and must not make this node refuse its own id.
+PRESENCE_PROBE_WAIT = 0.5
 
 
 def _at_start(take: Callable[[], Lease | None]) -> Lease | None:
@@ -254,11 +234,12 @@ class Node:
         key = presence_key(self.id)
         lease = _at_start(lambda: self.locks.acquire(key, blocking=False))
         grace = self.locks.dead_holder_grace
-        if lease is None and grace > 0:
-            wait = grace + PRESENCE_MARGIN
-            log.warning("server.id %r is held, perhaps by this node's last process: waiting"
-                        " up to %.0f s for its %s session to end", self.id, wait,
-                        self.locks.name)
+        if lease is None:
+            wait = grace + PRESENCE_MARGIN if grace > 0 else PRESENCE_PROBE_WAIT
+            if grace > 0:
+                log.warning("server.id %r is held, perhaps by this node's last process: "
+                            "waiting up to %.0f s for its %s session to end", self.id, wait,
+                            self.locks.name)
             lease = _at_start(lambda: self.locks.acquire(key, blocking=True, timeout=wait))
         if lease is None:
             raise ConfigError(f"server.id: {self.id!r} is in use by another live node")

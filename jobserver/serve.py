@@ -1,18 +1,22 @@
 """``jobserver serve``: one node process.
 
 The scheduler and runner live in this process; the HTTP API runs under gunicorn in a
-child process tree whose workers never schedule. The child is told to die with us
-(``PR_SET_PDEATHSIG``, see ``jobserver.api.gunicorn_conf``), so a ``kill -9`` of the
-node leaves no API behind.
+child process tree whose workers never schedule (``jobserver.api_process``). The child
+is told to die with us (``PR_SET_PDEATHSIG``, see ``jobserver.api.gunicorn_conf``), so a
+``kill -9`` of the node leaves no API behind. A node must not schedule without its API:
+the address is checked before any lock is taken, and a child that keeps exiting makes
+the node drain and stop.
 
 Signals: the first SIGTERM/SIGINT drains (stop claiming, let running jobs finish up
 to ``server.drain_timeout``, release locks); a second one exits at once and leaves
 the rest to the rescue path of the other nodes.
 
-Exit codes (:data:`EXIT_CODES`): 0 drained; 3 stopped without draining (the drain
-timed out, or a second signal); 4 a required background loop died of an unexpected
-error, and the node gave up its jobs, locks and presence (see ``jobserver.loops``):
-a service manager should restart it.
+Exit codes (:data:`EXIT_CODES`): 0 drained; 2 bad configuration, such as an
+``api.bind`` address in use (nothing was taken: no lock, no row); 3 stopped without
+draining (the drain timed out, or a second signal); 4 a required background loop died
+of an unexpected error, and the node gave up its jobs, locks and presence (see
+``jobserver.loops``): a service manager should restart it; 5 the API process kept
+exiting, and the node drained and stopped.
 """
 
 from __future__ import annotations
@@ -20,74 +24,46 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
-import time
+from typing import TYPE_CHECKING
 
+from jobserver.api_process import ApiChild, check_bind
 from jobserver.config import Config
 from jobserver.logs import set_defaults as set_log_defaults
 from jobserver.metrics import prepare_multiprocess_dir
 from jobserver.security import check_serve_auth
-from jobserver.node import Node
+
+if TYPE_CHECKING:
+    from jobserver.node import Node
 
 log = logging.getLogger(__name__)
 
-API_RESTART_DELAY = 2.0
+#: How often the node looks at its API child (seconds).
+WATCH_INTERVAL = 0.25
 #: The exit code of a node that stopped without draining (see ``jobserver.cli``).
 EXIT_NOT_DRAINED = 3
 #: The exit code of a node that gave up because a required background loop died.
 EXIT_LOOP_DIED = 4
+#: The exit code of a node whose API process kept exiting (it drained first).
+EXIT_API_FAILED = 5
 #: What each exit code of ``jobserver serve`` means, for whoever reports one.
-EXIT_CODES = {0: "drained", EXIT_NOT_DRAINED: "stopped without draining",
-              EXIT_LOOP_DIED: "a background loop died; the node gave up (see its log)"}
-
-
-def gunicorn_command(config: Config) -> list[str]:
-    # -P: never import from the working directory (a data dir holds a "locks" folder).
-    command = [sys.executable, "-P", "-m", "gunicorn", "--bind", config.api.bind,
-               "--workers", str(config.api.workers), "--worker-class", "gthread",
-               "--threads", "4", "--graceful-timeout", "5", "--timeout", "30",
-               "--log-level", "warning", "-c", "python:jobserver.api.gunicorn_conf"]
-    if config.api.reuse_port:
-        command.append("--reuse-port")
-    return command + ["jobserver.api:create_app()"]
-
-
-class ApiProcess:
-    """The gunicorn child, restarted if it dies while the node runs."""
-
-    def __init__(self, config: Config) -> None:
-        self.command = gunicorn_command(config)
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = dict(os.environ, JOBSERVER_PARENT_PID=str(os.getpid()))
-        self.process = subprocess.Popen(self.command, env=env)
-
-    def check(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            log.error("API process exited with %s; restarting", self.process.returncode)
-            time.sleep(API_RESTART_DELAY)
-            self.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+EXIT_CODES = {0: "drained", 2: "bad configuration (see its log)",
+              EXIT_NOT_DRAINED: "stopped without draining",
+              EXIT_LOOP_DIED: "a background loop died; the node gave up (see its log)",
+              EXIT_API_FAILED: "its API process kept exiting; the node drained and stopped"}
 
 
 def serve(config: Config) -> int:
     check_serve_auth(config)  # auth off only on loopback; some token must exist
+    # Before any lock or row: a node that could not serve its API must not schedule.
+    check_bind(config.api.bind, config.api.reuse_port)
+    from jobserver.node import Node  # the whole engine: imported once the checks passed
+
     set_log_defaults(node=config.server.id)  # every JSON log line names its node
     prepare_multiprocess_dir(config.data_dir, config.server.id)
     node = Node(config)
     node.start()  # refuses a server.id already in use before any API process exists
-    api = ApiProcess(config)
+    api = ApiChild(config)
     api.start()
     stop = threading.Event()
     signals_seen = []
@@ -105,9 +81,7 @@ def serve(config: Config) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info("node %s serving the API on %s", config.server.id, config.api.bind)
-    while not stop.wait(1.0) and node.failure is None:
-        api.check()
+    api_failed = not _watch(node, api, stop)
     if node.failure is not None:
         return _after_failure(node, api)
     # Stop claiming before stopping the API: gunicorn may take seconds to stop, and a
@@ -116,10 +90,21 @@ def serve(config: Config) -> int:
     node.stop_claiming()
     api.stop()
     drained = node.stop()
+    if api_failed:
+        return EXIT_API_FAILED
     return 0 if drained else EXIT_NOT_DRAINED
 
 
-def _after_failure(node: Node, api: ApiProcess) -> int:
+def _watch(node: Node, api: ApiChild, stop: threading.Event) -> bool:
+    """Keep the API running until a signal or a node failure (True), or until it
+    cannot be kept running (False, logged by the watch: the caller drains)."""
+    while not stop.wait(WATCH_INTERVAL) and node.failure is None:
+        if not api.watch(stop):
+            return False
+    return True
+
+
+def _after_failure(node: Node, api: ApiChild) -> int:
     """The supervisor is stopping the node: wait for that, with ``/healthz`` answering
     503 meanwhile, then stop the API."""
     node.stop(drain_timeout=0)  # the supervisor's stop, or the same one done here

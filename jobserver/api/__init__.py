@@ -21,12 +21,15 @@ from jobserver.exceptions import (AuthError, Conflict, FencedOff, Forbidden, Inv
                                   JobServerError, LockError, MalformedRequest, NotFound,
                                   RateLimited, StoreError, StoreUnavailable)
 from jobserver.metrics import ApiMetrics, multiprocess
+from jobserver.presence import PresenceProbe, probe_for
 from jobserver.spec import Policy
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+    from locks.base import LockBackend
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,7 @@ class ApiContext:
     metrics: ApiMetrics
     registry: Any  # this app's own registry when not in multiprocess mode
     limiter: SubmitLimiter  # per-token submit rate (api.submit_rate)
+    presence: PresenceProbe  # asks the lock service which nodes are present
 
 
 def api() -> ApiContext:
@@ -86,21 +90,27 @@ def api() -> ApiContext:
 
 
 def create_app(config: Config | None = None, store: Store | None = None,
-               python_steps: PythonSteps | None = None) -> Flask:
+               python_steps: PythonSteps | None = None,
+               locks: LockBackend | None = None) -> Flask:
+    """The API of ``config``. ``locks``: a node's lock backend in the same process,
+    which the cluster view asks which nodes are present; by default the app makes a
+    backend of its own for that on first use (``jobserver.presence``)."""
     config = config or load_config()
     python_steps = python_steps or PythonSteps.with_entry_points()
     app = Flask("jobserver")
     app.config["MAX_CONTENT_LENGTH"] = config.api.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]  # Flask's default provider has it
     registry = None if multiprocess() else _registry()
+    store = store or Store(config.database_url, config.database.pool_size,
+                           notify=config.scheduler.notify)
     app.extensions["jobserver"] = ApiContext(
-        config=config,
-        store=store or Store(config.database_url, config.database.pool_size,
-                             notify=config.scheduler.notify),
+        config=config, store=store,
         policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables,
                       connections=config.connections),
         metrics=ApiMetrics(registry), registry=registry,
-        limiter=SubmitLimiter(config.api.submit_rate, config.api.submit_burst))
+        limiter=SubmitLimiter(config.api.submit_rate, config.api.submit_burst),
+        presence=(PresenceProbe.over(locks) if locks is not None
+                  else probe_for(config, store)))
 
     from jobserver.api import cluster, fences, health, jobs, metrics, openapi
     from jobserver.batches import api as batches

@@ -13,5 +13,6 @@ blueprint = Blueprint("metrics", __name__)
 @blueprint.get("/metrics")
 def metrics() -> Response:
     ctx = api()
-    body, content_type = exposition(ctx.store, ctx.config.server.dead_after, ctx.registry)
+    body, content_type = exposition(ctx.store, ctx.config.server.dead_after, ctx.registry,
+                                    ctx.presence)
     return Response(body, content_type=content_type)

@@ -72,8 +72,14 @@ EVENT = exact({
 
 NODE = exact({
     "id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
-    "mode": {"type": "string"}, "role": {"type": "string"}, "state": {"type": "string"},
-    "alive": {"type": "boolean"}, "capacity": {"type": "integer"},
+    "mode": {"type": "string"},
+    "role": {"type": "string", "description": "active (the node `active` names), standby "
+             "(single and leader modes), the role it recorded (distributed), none (not "
+             "alive)"},
+    "state": {"type": "string"},
+    "alive": {"type": "boolean", "description": "registered, heartbeat younger than "
+              "server.dead_after, and its presence lock not known free"},
+    "capacity": {"type": "integer"},
     "running": {"type": "integer"}, "started_at": _time, "heartbeat_at": _time,
     "heartbeat_age_seconds": {"type": "number"}})
 
@@ -228,7 +234,10 @@ def _paths() -> dict[str, Any]:
             "summary": "Mode, lock backend, nodes (scope: read)", "operationId": "cluster",
             "responses": {"200": json_response(exact({
                 "mode": {"type": "string"}, "lock_backend": {"type": "string"},
-                "active": _nullable_str, "nodes": {"type": "array", "items": ref("Node")},
+                "active": {**_nullable_str, "description": "the one live node holding "
+                           "the mode's scheduling lock; null in distributed mode or "
+                           "between a holder's death and its successor"},
+                "nodes": {"type": "array", "items": ref("Node")},
                 "jobs": {"type": "object", "propertyNames": {"enum": STATES},
                          "additionalProperties": {"type": "integer"}}}), "cluster state"),
                 **errors()}}},

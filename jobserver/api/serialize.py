@@ -56,10 +56,11 @@ def event_json(event: EventRecord) -> dict[str, Any]:
             "attempt": event.attempt, "message": event.message, "at": _time(event.at)}
 
 
-def server_json(server: ServerRecord, dead_after: float) -> dict[str, Any]:
-    alive = server.state == "alive" and server.heartbeat_age <= dead_after
+def server_json(server: ServerRecord, alive: bool, role: str) -> dict[str, Any]:
+    """A node as the cluster view shows it; whether it is ``alive`` and its ``role``
+    are judged by the caller (``jobserver.api.cluster``)."""
     return {"id": server.id, "host": server.host, "pid": server.pid, "mode": server.mode,
-            "role": server.role if alive else "none", "state": server.state,
+            "role": role, "state": server.state,
             "alive": alive, "capacity": server.capacity, "running": server.running,
             "started_at": _time(server.started_at),
             "heartbeat_at": _time(server.heartbeat_at),

@@ -21,7 +21,10 @@ from jobserver.config import load_config
 from jobserver.states import Operation, State
 from jobserver.store import Store
 from jobserver.store.records import ClaimToken, StepOutcome
-from tests.helpers import FakeLease, job_spec, spec_bytes
+from locks import make_lock_backend
+from schedulers.base import presence_key
+from schedulers.single import GLOBAL_LOCK
+from tests.helpers import FakeLease, job_spec, spec_bytes, wait_for
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -391,11 +394,19 @@ def test_operation_with_body_or_unknown_action_changes_nothing(api: Api) -> None
 
 
 # -- 8. cluster ------------------------------------------------------------------------------
-def test_cluster_shows_mode_backend_and_live_nodes(api: Api) -> None:
+def test_cluster_shows_mode_backend_and_live_nodes(api: Api, tmp_path: Path) -> None:
     client, store, auth = api
+    # node-a as a running node is: its presence lock and the global lock held (file
+    # locks in the data dir the API's config names), registered, its fence recorded.
+    config = load_config(environ={"JOBSERVER_DATA_DIR": str(tmp_path / "data"),
+                                  "JOBSERVER_SERVER__ID": "node-a"})
+    locks = make_lock_backend(config, store)
+    presence = locks.acquire(presence_key("node-a"), blocking=False)
+    scheduling = locks.acquire(GLOBAL_LOCK, blocking=False)
+    assert presence is not None and scheduling is not None
     store.servers.register("node-a", host="host-a", pid=4242, mode="single", capacity=3)
     store.servers.set_role("node-a", "active")
-    store.epochs.bump("scheduler/global", "node-a")  # node-a took the global lock
+    scheduling.fence  # noqa: B018 - drawing it records node-a as the holder
     submit(client)
     body = client.get("/api/v1/cluster", headers=auth).get_json()
     assert (body["mode"], body["lock_backend"], body["active"]) == ("single", "file", "node-a")
@@ -406,8 +417,50 @@ def test_cluster_shows_mode_backend_and_live_nodes(api: Api) -> None:
     assert isinstance(node["heartbeat_age_seconds"], (int, float))
     assert 0 <= node["heartbeat_age_seconds"] < 10  # server.dead_after
     assert node["heartbeat_at"].endswith("Z")
-    store.epochs.bump("scheduler/global", "node-gone")  # a newer holder, not a live node
-    assert client.get("/api/v1/cluster", headers=auth).get_json()["active"] is None
+
+    # The lock backend knows a node is gone before its heartbeat ages out: a node
+    # whose presence lock is free is dead at once, and no longer active.
+    presence.release()
+
+    def gone() -> dict[str, Any] | None:
+        body = client.get("/api/v1/cluster", headers=auth).get_json()
+        return body if not body["nodes"][0]["alive"] else None
+
+    body = wait_for(gone, 2, 0.05, "node-a shown dead once its presence lock is free")
+    assert body["active"] is None and body["nodes"][0]["role"] == "none", body
+    assert body["nodes"][0]["state"] == "alive" and \
+        body["nodes"][0]["heartbeat_age_seconds"] < 10, body
+    scheduling.release()
+    locks.close()
+
+
+def test_cluster_names_one_active_node(api: Api, tmp_path: Path) -> None:
+    """A row may still say "active" for a node that lost the lock; the view names the
+    holder of the newest fence only, and only while it is alive."""
+    client, store, auth = api
+    config = load_config(environ={"JOBSERVER_DATA_DIR": str(tmp_path / "data"),
+                                  "JOBSERVER_SERVER__ID": "node-b"})
+    locks = make_lock_backend(config, store)
+    leases = [locks.acquire(presence_key(node), blocking=False)
+              for node in ("node-a", "node-b")]
+    for node in ("node-a", "node-b"):
+        store.servers.register(node, host="h", pid=1, mode="single", capacity=1)
+        store.servers.set_role(node, "active")  # node-a's outlived its lease
+    scheduling = locks.acquire(GLOBAL_LOCK, blocking=False)
+    assert scheduling is not None and scheduling.fence  # node-b's fence: the newest
+
+    def view() -> tuple[Any, dict[str, str]]:
+        body = client.get("/api/v1/cluster", headers=auth).get_json()
+        return body["active"], {node["id"]: node["role"] for node in body["nodes"]}
+
+    assert view() == ("node-b", {"node-a": "standby", "node-b": "active"})
+    scheduling.release()  # released (a drain): nobody is active, whatever the rows say
+    assert wait_for(lambda: view() == (None, {"node-a": "standby", "node-b": "standby"}),
+                    2, 0.05, "no node active once the global lock is free")
+    for lease in leases:
+        assert lease is not None
+        lease.release()
+    locks.close()
 
 
 # -- 9. OpenAPI -----------------------------------------------------------------------------

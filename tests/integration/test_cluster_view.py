@@ -1,0 +1,126 @@
+"""The cluster view and the node metrics tell a crash at once: real ``serve`` processes,
+a real ``kill -9`` of the active node (the global lock's holder, or the leader), on the
+file and the PostgreSQL lock backends.
+
+``server.dead_after`` is a minute here, so nothing in these tests can come from a
+heartbeat ageing out: within a second of the kill, ``GET /api/v1/cluster`` and
+``GET /metrics`` must say the node is gone (its presence lock is free), and "active"
+must name exactly one live node, the successor.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import free_port
+from tests.integration.nodes import JOBSERVER, TOKEN, TRANSIENT, Api, Harness
+from tests.integration.scrape import Samples, scrape, value
+
+#: What a user may wait, after a kill -9, for the view to stop showing the node alive.
+TRUTH_BOUND = 1.0
+#: Far beyond the tests' length: a stale heartbeat cannot be what gives the node away.
+DEAD_AFTER = "60"
+
+
+@pytest.fixture
+def harness(tmp_path: Path):
+    harness = Harness(tmp_path)
+    yield harness
+    harness.cleanup()
+
+
+@pytest.fixture(params=["file", pytest.param("postgres", marks=pytest.mark.postgres),
+                        "file-leader"])
+def backend(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Node settings for the lock backend: file locks over SQLite (in ``single`` mode,
+    or in ``leader`` mode), or advisory locks over a clean, migrated PostgreSQL
+    database."""
+    if request.param == "file":
+        return {}
+    if request.param == "file-leader":
+        return {"JOBSERVER_SCHEDULER__MODE": "leader"}
+    from tests.conftest import _empty
+
+    store = request.getfixturevalue("pg_store_session")
+    _empty(store)
+    return {"database_url": store.url, "JOBSERVER_LOCK__BACKEND": "postgres"}
+
+
+def _view(api: Api, base: str) -> tuple[dict[str, Any], Samples] | None:
+    """The cluster view and a scrape, both through the shared port; None if a request
+    landed on the killed node's API as it went down."""
+    try:
+        return api.cluster(), scrape(base, TOKEN, timeout=2)
+    except TRANSIENT:
+        return None
+
+
+def _truthful(view: dict[str, Any], samples: Samples, victim: str) -> bool:
+    """The victim is dead in the view and the metrics; "active" names one live node
+    other than it, and only that node has the role ``active``."""
+    nodes = {node["id"]: node for node in view["nodes"]}
+    active = view["active"]
+    roles = [node["id"] for node in view["nodes"] if node["role"] == "active"]
+    return (not nodes[victim]["alive"] and nodes[victim]["role"] == "none"
+            and value(samples, "jobserver_node_alive", node=victim) == 0
+            and value(samples, "jobserver_node_dead", node=victim) == 1
+            and active not in (None, victim) and nodes[active]["alive"]
+            and roles == [active]
+            and value(samples, "jobserver_node_alive", node=active) == 1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_killed_active_node_shows_dead_within_a_second(
+        harness: Harness, tmp_path: Path, backend: dict[str, str]) -> None:
+    port, data_dir = free_port(), tmp_path / "data"
+    nodes = {f"node-{i}": harness.start_node(f"node-{i}", port, data_dir,
+                                             JOBSERVER_SERVER__DEAD_AFTER=DEAD_AFTER,
+                                             **backend)
+             for i in (1, 2, 3)}
+    base = f"http://127.0.0.1:{port}"
+    api = Api(base, TOKEN)
+    before = harness.wait_nodes_ready(api, list(nodes.values()), port)
+    victim = before["active"]
+    assert [n["id"] for n in before["nodes"] if n["role"] == "active"] == [victim], before
+    samples = scrape(base, TOKEN)
+    assert all(value(samples, "jobserver_node_alive", node=i) == 1 for i in nodes), samples
+
+    killed_at = harness.kill9(nodes[victim])
+    seen: list[str] = []
+    while time.monotonic() - killed_at < TRUTH_BOUND + 5:
+        answer = _view(api, base)
+        if answer is None:
+            continue
+        view, samples = answer
+        elapsed = time.monotonic() - killed_at
+        seen.append(f"{elapsed:.2f} s: active={view['active']} " + ", ".join(
+            f"{n['id']} {n['role']} {'alive' if n['alive'] else 'dead'}"
+            for n in view["nodes"]))
+        if _truthful(view, samples, victim):
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("the view never told the truth:\n" + "\n".join(seen))
+    print(f"\nkill -9 of {victim} shown after {elapsed:.2f} s; first view: {seen[0]}")
+    assert elapsed <= TRUTH_BOUND, "\n".join(seen)
+    # The last heartbeat of the victim is still fresh: the lock backend told.
+    victim_row = next(n for n in view["nodes"] if n["id"] == victim)
+    assert victim_row["state"] == "alive", victim_row
+    assert victim_row["heartbeat_age_seconds"] < float(DEAD_AFTER), victim_row
+    # The command line says the same.
+    shown = subprocess.run(JOBSERVER + ["cluster", "--url", base, "--token", TOKEN],
+                           capture_output=True, text=True, timeout=60,
+                           env=harness.base_env())
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert f"active: {view['active']}   nodes alive: 2/3" in lines[0], shown.stdout
+    assert re.search(rf"^{victim}\s+none\s+dead\s", shown.stdout, re.M), shown.stdout
+    assert [line.split()[0] for line in lines if re.search(r"^\S+\s+active\s", line)] \
+        == [view["active"]], shown.stdout

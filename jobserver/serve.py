@@ -6,8 +6,9 @@ child process tree whose workers never schedule. The child is told to die with u
 node leaves no API behind.
 
 Signals: the first SIGTERM/SIGINT drains (stop claiming, let running jobs finish up
-to ``server.drain_timeout``, release locks); a second one exits at once and leaves
-the rest to the rescue path of the other nodes.
+to ``server.drain_timeout`` after the signal, re-queue those still running, release
+locks); a second one exits at once and leaves the rest to the rescue path of the
+other nodes.
 
 Exit codes (:data:`EXIT_CODES`): 0 drained; 3 stopped without draining (the drain
 timed out, or a second signal); 4 a required background loop died of an unexpected
@@ -91,6 +92,7 @@ def serve(config: Config) -> int:
     api.start()
     stop = threading.Event()
     signals_seen = []
+    drain_until: list[float] = []  # when the drain ends: server.drain_timeout after a signal
 
     def on_signal(signum: int, _frame: object) -> None:
         signals_seen.append(signum)
@@ -101,6 +103,7 @@ def serve(config: Config) -> int:
             # "the API refused", which a supervisor must not read into this exit).
             os._exit(EXIT_NOT_DRAINED)
         log.info("signal %s: draining", signal.Signals(signum).name)
+        drain_until.append(time.monotonic() + config.server.drain_timeout)
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -114,8 +117,13 @@ def serve(config: Config) -> int:
     # draining node that still claimed meanwhile would start new jobs and keep the
     # scheduling lock from the node that should take over.
     node.stop_claiming()
-    api.stop()
-    drained = node.stop()
+    # The API stops beside the drain, which counts from the signal as whoever sent it
+    # does (the cluster launcher says how long each node's drain has left): a slow
+    # gunicorn stop must not eat the running jobs' time.
+    api_stop = threading.Thread(target=api.stop, name="api-stop")
+    api_stop.start()
+    drained = node.stop(max(0.0, drain_until[0] - time.monotonic()))
+    api_stop.join()
     return 0 if drained else EXIT_NOT_DRAINED
 
 

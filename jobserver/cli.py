@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -104,14 +103,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-class _Stop(Exception):
-    """SIGTERM or SIGHUP to the cluster launcher: stop the nodes and exit 0."""
-
-
-def _stop_cluster(_signum: int, _frame: object) -> None:
-    raise _Stop
-
-
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serve":
         from jobserver.serve import serve
@@ -127,6 +118,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return cluster_command(_client(args), args.watch or bool(args.count), args.interval,
                                args.count)
     if args.command == "cluster":
+        if args.config:  # the nodes load the config too: the same file
+            os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
         return _cluster(load_config(args.config), args.nodes, args.demo)
     if args.command == "token":
         return cli_tokens.run(args, load_config(args.config))
@@ -140,6 +133,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _cluster(config: Config, nodes: int, demo: bool) -> int:
+    """Run N local nodes until a signal stops them (``jobserver.cluster_stop``): SIGINT,
+    SIGTERM and SIGHUP alike, since the nodes run in process groups of their own and
+    get neither Ctrl-C nor a closed terminal's hang-up themselves."""
     from jobserver.cluster import LocalCluster
 
     if not 1 <= nodes <= 16:
@@ -147,24 +143,7 @@ def _cluster(config: Config, nodes: int, demo: bool) -> int:
     host, port = config.api.bind.rsplit(":", 1)
     if _port_in_use(host, int(port)):
         raise ConfigError(f"api.bind: {config.api.bind} is already in use")
-    cluster = LocalCluster(config, nodes)
-    signal.signal(signal.SIGTERM, _stop_cluster)
-    # A closed terminal: the nodes run in process groups of their own and do not get
-    # the hang-up, so the launcher must stop them.
-    signal.signal(signal.SIGHUP, _stop_cluster)
-    try:
-        if demo:
-            cluster.prepare_demo()
-        cluster.start()
-        ids = cluster.submit_demo_jobs() if demo else []
-        batch_lines = cluster.start_demo_batches() if demo else []
-        print(cluster.banner(ids, batch_lines), flush=True)
-        cluster.supervise()
-    except _Stop:
-        pass
-    finally:
-        cluster.stop()
-    return 0
+    return LocalCluster(config, nodes).run(demo)
 
 
 def _port_in_use(host: str, port: int) -> bool:

@@ -3,7 +3,8 @@
 All nodes share one SQLite file and file locks under ``data_dir`` and serve the API on
 one port (``SO_REUSEPORT``), so the API keeps answering when any node dies. The
 launcher generates an API token on first use (kept in ``data_dir/api-token``, mode
-0600), prints it, and supervises the nodes until interrupted.
+0600), prints it, and supervises the nodes until a signal stops it (see
+:mod:`jobserver.cluster_stop`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -20,9 +20,10 @@ from pathlib import Path
 
 from jobserver import demo_batches
 from jobserver.client import Client
+from jobserver.cluster_stop import NodeStop, StopSignals
 from jobserver.config import Config
 from jobserver.exceptions import JobServerError
-from jobserver.serve import EXIT_CODES
+from jobserver.serve import EXIT_CODES, EXIT_NOT_DRAINED
 from jobserver.store import Store
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -79,6 +80,29 @@ class LocalCluster:
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         #: Settings every node gets on top of the launcher's (the demo's connections).
         self.node_settings: dict[str, str] = {}
+        self.signals = StopSignals()
+
+    def run(self, demo: bool) -> int:
+        """Start the nodes (and the demo), print the banner and supervise the nodes
+        until a signal stops the cluster; then stop them. Returns the launcher's exit
+        code: 0, or 3 when a node was stopped without draining."""
+        self.signals.install()
+        try:
+            self._start_and_supervise(demo)
+        finally:
+            stop = self.stop()
+        return EXIT_NOT_DRAINED if stop.hurried else 0
+
+    def _start_and_supervise(self, demo: bool) -> None:
+        if demo:
+            self.prepare_demo()
+        self.start()
+        if self.signals.stop_asked:
+            return
+        ids = self.submit_demo_jobs() if demo else []
+        batch_lines = self.start_demo_batches() if demo else []
+        print(self.banner(ids, batch_lines), flush=True)
+        self.supervise()
 
     def start(self) -> None:
         store = Store(self.config.database_url)
@@ -86,6 +110,8 @@ class LocalCluster:
         store.dispose()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for index in range(1, self.count + 1):
+            if self.signals.stop_asked:
+                return
             self.start_node(index)
         self.wait_healthy()
 
@@ -105,12 +131,14 @@ class LocalCluster:
     def wait_healthy(self) -> None:
         client = Client(self.url, self.token, timeout=2)
         deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.signals.stop_asked:
             if any(p.poll() is not None for p in self.processes.values()):
                 raise JobServerError(f"a node exited during start-up; see {self.log_dir}")
             if client.healthy():
                 return
             time.sleep(0.2)
+        if self.signals.stop_asked:
+            return
         raise JobServerError(f"the API did not answer on {self.url}; see {self.log_dir}")
 
     def prepare_demo(self) -> None:
@@ -154,27 +182,27 @@ class LocalCluster:
                   f"{self.url}/api/v1/jobs"]
         if batch_lines:
             lines += demo_batches.commands(self.config.data_dir)
-        lines.append("Ctrl-C stops the cluster.")
+        lines.append(f"Ctrl-C stops the cluster. The nodes drain first (up to "
+                     f"{self.config.server.drain_timeout:g} s, server.drain_timeout); "
+                     "Ctrl-C again stops at once.")
         return "\n".join(lines)
 
     def supervise(self) -> None:
+        """Report each node that exits, until all have or a signal asks to stop."""
         reported: set[int] = set()
-        while True:
+        while not self.signals.stop_asked:
             for index, process in self.processes.items():
                 if process.poll() is not None and index not in reported:
                     print(describe_exit(index, process.returncode, self.log_dir), flush=True)
                     reported.add(index)
             if len(reported) == len(self.processes):
                 return
-            time.sleep(0.5)
+            time.sleep(0.2)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for process in self.processes.values():
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
+    def stop(self) -> NodeStop:
+        """Drain the nodes still running (:class:`jobserver.cluster_stop.NodeStop`)."""
+        stop = NodeStop(self.processes, self.config.database_url,
+                        self.config.server.drain_timeout, self.signals,
+                        lambda index, code: describe_exit(index, code, self.log_dir))
+        stop.run()
+        return stop

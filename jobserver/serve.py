@@ -10,6 +10,9 @@ to ``server.drain_timeout`` after the signal, re-queue those still running, rele
 locks); a second one exits at once and leaves the rest to the rescue path of the
 other nodes.
 
+The API listens on ``api.bind`` and, when set, on ``api.node_bind`` too, and names
+the node in every answer (``X-Jobserver-Node``).
+
 Exit codes (:data:`EXIT_CODES`): 0 drained; 3 stopped without draining (the drain
 timed out, or a second signal); 4 a required background loop died of an unexpected
 error, and the node gave up its jobs, locks and presence (see ``jobserver.loops``):
@@ -50,6 +53,8 @@ def gunicorn_command(config: Config) -> list[str]:
                "--workers", str(config.api.workers), "--worker-class", "gthread",
                "--threads", "4", "--graceful-timeout", "5", "--timeout", "30",
                "--log-level", "warning", "-c", "python:jobserver.api.gunicorn_conf"]
+    if config.api.node_bind:
+        command += ["--bind", config.api.node_bind]
     if config.api.reuse_port:
         command.append("--reuse-port")
     return command + ["jobserver.api:create_app()"]
@@ -60,10 +65,13 @@ class ApiProcess:
 
     def __init__(self, config: Config) -> None:
         self.command = gunicorn_command(config)
+        self.node_id = config.server.id
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = dict(os.environ, JOBSERVER_PARENT_PID=str(os.getpid()))
+        # The node's id, not one of their own: the default one names the process.
+        env = dict(os.environ, JOBSERVER_PARENT_PID=str(os.getpid()),
+                   JOBSERVER_SERVER__ID=self.node_id)
         self.process = subprocess.Popen(self.command, env=env)
 
     def check(self) -> None:
@@ -108,7 +116,8 @@ def serve(config: Config) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info("node %s serving the API on %s", config.server.id, config.api.bind)
+    log.info("node %s serving the API on %s", config.server.id,
+             " and ".join(filter(None, (config.api.bind, config.api.node_bind))))
     while not stop.wait(1.0) and node.failure is None:
         api.check()
     if node.failure is not None:

@@ -2,7 +2,8 @@
 
 ``create_app()`` builds everything from config and starts nothing: no scheduler, no
 thread. Under gunicorn each worker calls it after forking, so no connection is shared
-between processes. Every route but ``/healthz`` needs a bearer token.
+between processes. Every route but ``/healthz`` needs a bearer token. Every answer
+names the node that gave it (``X-Jobserver-Node``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PUBLIC_ENDPOINTS = frozenset({"health.healthz"})
+#: The header of every answer that names the node which gave it (``server.id``).
+NODE_HEADER = "X-Jobserver-Node"
 
 #: The HTTP status of each error class; a class not listed answers as its nearest
 #: listed base class, and :class:`JobServerError` itself as an internal error.
@@ -114,6 +117,7 @@ def create_app(config: Config | None = None, store: Store | None = None,
     app.before_request(_start_timer)
     app.before_request(_authenticate)
     app.after_request(_count_request)
+    app.after_request(_name_node)
     app.register_error_handler(JobServerError, _jobserver_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
@@ -137,6 +141,12 @@ def _count_request(response: Response) -> Response:
     metrics.requests.labels(route, request.method, str(response.status_code)).inc()
     if "started" in g:
         metrics.latency.labels(route).observe(time.perf_counter() - g.started)
+    return response
+
+
+def _name_node(response: Response) -> Response:
+    """Say which node answered: nodes may share one address (``api.reuse_port``)."""
+    response.headers[NODE_HEADER] = api().config.server.id
     return response
 
 

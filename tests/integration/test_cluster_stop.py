@@ -1,11 +1,14 @@
-"""How the ``jobserver cluster`` launcher, as ``make run`` starts it, stops.
+"""The ``jobserver cluster`` launcher as ``make run`` starts it: how it stops, and the
+address each of its nodes has of its own.
 
-Stopping drains: a signal to the launcher's process group (Ctrl-C; SIGINT even when
-the launcher inherited it ignored, as a script's background command does) drains
-every node; the launcher waits longer than the drain and says how it goes; a job
-still running when the drain ends is re-queued with a ``node N drained`` event and
-runs once more after a restart, with no rescue of a "died" node. A second signal
-stops at once.
+* Stopping drains: a signal to the launcher's process group (Ctrl-C; SIGINT even when
+  the launcher inherited it ignored, as a script's background command does) drains
+  every node; the launcher waits longer than the drain and says how it goes; a job
+  still running when the drain ends is re-queued with a ``node N drained`` event and
+  runs once more after a restart, with no rescue of a "died" node. A second signal
+  stops at once.
+* Each node answers on a port of its own as well as on the shared one, and every
+  answer names its node (``X-Jobserver-Node``), so ``/metrics`` can be scraped per node.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import re
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,7 @@ from jobserver.cluster_stop import HALT_GRACE
 from jobserver.store import Store
 from tests.helpers import free_port, wait_for
 from tests.integration.nodes import JOBSERVER, Api, Harness, Proc, descendants, listeners
+from tests.integration.scrape import scrape, value
 
 pytestmark = pytest.mark.slow
 
@@ -170,3 +176,62 @@ def test_stopping_the_launcher_drains_and_requeues_as_drained(harness: Harness,
         launcher.output()
     assert len(nodes) == 3 and took <= SECOND_SIGNAL_EXIT_BOUND, (nodes, took)
     assert not listeners(port)
+
+
+# -- each node's own address --------------------------------------------------------------
+def _get(url: str, token: str | None = None) -> tuple[int, str]:
+    """Status and ``X-Jobserver-Node`` of one GET (error answers too)."""
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=15) as response:
+            return response.status, response.headers["X-Jobserver-Node"]
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["X-Jobserver-Node"]
+
+
+def _answers(url: str) -> bool:
+    try:
+        return _get(url)[0] == 200
+    except OSError:  # not listening yet
+        return False
+
+
+@pytest.mark.timeout(180)
+def test_each_node_answers_on_its_own_port_and_names_itself(harness: Harness,
+                                                            tmp_path: Path) -> None:
+    port, data_dir = free_port(), tmp_path / "data"
+    own = [free_port() for _ in range(3)]
+    launcher = harness.spawn("launcher", ["cluster", "--nodes", "3", "--node-ports",
+                                          ",".join(map(str, own))],
+                             _env(harness, port, data_dir))
+    token = _wait_banner(launcher)
+    addresses = ", ".join(f"node-{i} http://127.0.0.1:{p}" for i, p in enumerate(own, 1))
+    assert f"  nodes:  {addresses}" in launcher.output(), launcher.output()
+    for index, node_port in enumerate(own, 1):
+        wait_for(lambda: _answers(f"http://127.0.0.1:{node_port}/healthz"), 30, 0.1,
+                 f"node-{index}'s own port")
+
+    for index, node_port in enumerate(own, 1):
+        base, node = f"http://127.0.0.1:{node_port}", f"node-{index}"
+        assert _get(base + "/healthz") == (200, node)
+        assert _get(base + "/api/v1/cluster", token) == (200, node)
+        assert _get(base + "/api/v1/cluster") == (401, node)
+        assert _get(base + "/api/v1/jobs/999999", token) == (404, node)
+        assert _get(base + "/metrics", token) == (200, node)
+
+    # The shared port: any node answers, and says which.
+    shared = [_get(f"http://127.0.0.1:{port}/api/v1/cluster", token) for _ in range(30)]
+    answered = {node for status, node in shared if status == 200}
+    assert len(shared) == 30 and answered <= {"node-1", "node-2", "node-3"}, shared
+    assert len(answered) >= 2, f"one node answered every request on the shared port: {shared}"
+
+    # A node's own /metrics count its own requests: a submit through node-2's port shows
+    # on node-2's scrapes and on no other node's.
+    Api(f"http://127.0.0.1:{own[1]}", token).submit(
+        {"name": "hi", "steps": [{"name": "s", "type": "noop"}]})
+    posts = [value(scrape(f"http://127.0.0.1:{p}", token), "jobserver_api_requests_total",
+                   0.0, route="/api/v1/jobs", method="POST", status="201") for p in own]
+    assert posts == [0.0, 1.0, 0.0], posts
+    assert harness.terminate(launcher, timeout=45) == 0, launcher.tail()

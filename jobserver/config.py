@@ -151,7 +151,7 @@ class ApiConfig(_Section):
     reuse_port: bool = False
     # False: no authentication at all; ``serve`` then refuses any bind but loopback.
     auth: bool = True
-    # Submits per second per token (a token bucket in each gunicorn worker).
+    # Submits per second per token and node (one bucket shared by the node's workers).
     submit_rate: float = Field(default=100.0, gt=0, le=1_000_000)
     submit_burst: int = Field(default=200, ge=1, le=1_000_000)
 

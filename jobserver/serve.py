@@ -11,7 +11,8 @@ locks); a second one exits at once and leaves the rest to the rescue path of the
 other nodes.
 
 The API listens on ``api.bind`` and, when set, on ``api.node_bind`` too, and names
-the node in every answer (``X-Jobserver-Node``).
+the node in every answer (``X-Jobserver-Node``); its workers share one submit rate
+limit (:mod:`jobserver.api.limits`).
 
 Exit codes (:data:`EXIT_CODES`): 0 drained; 3 stopped without draining (the drain
 timed out, or a second signal); 4 a required background loop died of an unexpected
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 
+from jobserver.api.limits import prepare_buckets
 from jobserver.config import Config
 from jobserver.logs import set_defaults as set_log_defaults
 from jobserver.metrics import prepare_multiprocess_dir
@@ -96,6 +98,7 @@ def serve(config: Config) -> int:
     prepare_multiprocess_dir(config.data_dir, config.server.id)
     node = Node(config)
     node.start()  # refuses a server.id already in use before any API process exists
+    prepare_buckets(config.data_dir, config.server.id)
     api = ApiProcess(config)
     api.start()
     stop = threading.Event()

@@ -17,7 +17,8 @@ from flask import Flask, Response, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from jobserver.config import Config, load_config
-from jobserver.api.auth import SubmitLimiter, authenticate, authorize
+from jobserver.api.auth import authenticate, authorize
+from jobserver.api.limits import SubmitLimiter
 from jobserver.exceptions import (AuthError, Conflict, FencedOff, Forbidden, InvalidRequest,
                                   JobServerError, LockError, MalformedRequest, NotFound,
                                   RateLimited, StoreError, StoreUnavailable)
@@ -80,7 +81,7 @@ class ApiContext:
     policy: Policy
     metrics: ApiMetrics
     registry: Any  # this app's own registry when not in multiprocess mode
-    limiter: SubmitLimiter  # per-token submit rate (api.submit_rate)
+    limiter: SubmitLimiter  # per-token submit rate (api.submit_rate), per node
 
 
 def api() -> ApiContext:
@@ -103,7 +104,7 @@ def create_app(config: Config | None = None, store: Store | None = None,
         policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables,
                       connections=config.connections),
         metrics=ApiMetrics(registry), registry=registry,
-        limiter=SubmitLimiter(config.api.submit_rate, config.api.submit_burst))
+        limiter=SubmitLimiter.for_node(config.api.submit_rate, config.api.submit_burst))
 
     from jobserver.api import cluster, health, jobs, metrics, openapi
     from jobserver.batches import api as batches

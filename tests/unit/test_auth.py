@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from jobserver.api import error_reply
-from jobserver.api.auth import ENDPOINT_SCOPES, Principal, SubmitLimiter, required_scope
+from jobserver.api.auth import ENDPOINT_SCOPES, Principal, required_scope
+from jobserver.api.limits import SubmitLimiter
 from jobserver.config import load_config
 from jobserver.exceptions import ConfigError, RateLimited
 from jobserver.security import check_serve_auth, is_loopback

@@ -92,6 +92,8 @@ def gunicorn_command(config: Config) -> list[str]:
                "--workers", str(config.api.workers), "--worker-class", "gthread",
                "--threads", "4", "--graceful-timeout", "5", "--timeout", "30",
                "--log-level", "warning", "-c", "python:jobserver.api.gunicorn_conf"]
+    if config.api.node_bind:
+        command += ["--bind", config.api.node_bind]
     if config.api.reuse_port:
         command.append("--reuse-port")
     return command + ["jobserver.api:create_app()"]
@@ -143,7 +145,9 @@ class ApiChild:
         self._close_pipe()
         read_end, write_end = os.pipe()
         os.set_blocking(read_end, False)
+        # The node's id, not one of their own: the default one names the process.
         env = dict(os.environ, JOBSERVER_PARENT_PID=str(os.getpid()),
+                   JOBSERVER_SERVER__ID=self.config.server.id,
                    **{READY_FD_ENV: str(write_end)})
         try:
             self.process = subprocess.Popen(self.command, env=env, pass_fds=(write_end,))
@@ -189,7 +193,8 @@ class ApiChild:
         if said:
             self.ready = True
             log.info("node %s serving the API on %s", self.config.server.id,
-                     self.config.api.bind)
+                     " and ".join(filter(None, (self.config.api.bind,
+                                                self.config.api.node_bind))))
         self._close_pipe()  # said so, or closed it without saying so (it died)
 
     def _close_pipe(self) -> None:

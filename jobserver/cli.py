@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--nodes", type=int, help="start N local nodes (make run: 3)")
     cluster.add_argument("--demo", action="store_true",
                          help="with --nodes: submit the demo jobs, schedule and batches")
+    cluster.add_argument("--node-ports", type=_ports, metavar="P1,P2,...",
+                         help="with --nodes: each node's own API port (default: the ports "
+                              "after api.bind's, 8081, 8082, ... for 8080)")
     db = sub.add_parser("db", help="database schema")
     db.add_argument("action", choices=["upgrade"])
     cli_tokens.add_parser(sub)
@@ -88,6 +89,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _ports(text: str) -> list[int]:
+    try:
+        ports = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of ports: {text!r}")
+    if not all(0 < port < 65536 for port in ports):
+        raise argparse.ArgumentTypeError(f"a port is between 1 and 65535: {text!r}")
+    return ports
+
+
 def _client_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--url", default=os.environ.get("JOBSERVER_URL"))
     command.add_argument("--token", default=os.environ.get("JOBSERVER_TOKEN"))
@@ -110,14 +121,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-class _Stop(Exception):
-    """SIGTERM or SIGHUP to the cluster launcher: stop the nodes and exit 0."""
-
-
-def _stop_cluster(_signum: int, _frame: object) -> None:
-    raise _Stop
-
-
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serve":
         from jobserver.serve import serve
@@ -126,14 +129,17 @@ def _dispatch(args: argparse.Namespace) -> int:
             os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
         return serve(load_config(args.config))
     if args.command == "cluster" and args.nodes is None:  # the status view
-        if args.demo:
-            raise ConfigError("--demo starts a local cluster: use it with --nodes N")
+        if args.demo or args.node_ports:
+            raise ConfigError("--demo and --node-ports start a local cluster: use them "
+                              "with --nodes N")
         from jobserver.cli_views import cluster_command
 
         return cluster_command(_client(args), args.watch or bool(args.count), args.interval,
                                args.count)
     if args.command == "cluster":
-        return _cluster(load_config(args.config), args.nodes, args.demo)
+        if args.config:  # the nodes load the config too: the same file
+            os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
+        return _cluster(load_config(args.config), args.nodes, args.demo, args.node_ports)
     if args.command == "token":
         return cli_tokens.run(args, load_config(args.config))
     if args.command == "fence-check":  # exit codes of its own: 1 is "stale"
@@ -149,38 +155,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     return _client_command(args)
 
 
-def _cluster(config: Config, nodes: int, demo: bool) -> int:
+def _cluster(config: Config, nodes: int, demo: bool, node_ports: list[int] | None) -> int:
+    """Run N local nodes until a signal stops them (``jobserver.cluster_stop``): SIGINT,
+    SIGTERM and SIGHUP alike, since the nodes run in process groups of their own and
+    get neither Ctrl-C nor a closed terminal's hang-up themselves."""
     from jobserver.cluster import LocalCluster
 
     if not 1 <= nodes <= 16:
         raise ConfigError("--nodes must be between 1 and 16")
-    host, port = config.api.bind.rsplit(":", 1)
-    if _port_in_use(host, int(port)):
-        raise ConfigError(f"api.bind: {config.api.bind} is already in use")
-    cluster = LocalCluster(config, nodes)
-    signal.signal(signal.SIGTERM, _stop_cluster)
-    # A closed terminal: the nodes run in process groups of their own and do not get
-    # the hang-up, so the launcher must stop them.
-    signal.signal(signal.SIGHUP, _stop_cluster)
-    try:
-        if demo:
-            cluster.prepare_demo()
-        cluster.start()
-        ids = cluster.submit_demo_jobs() if demo else []
-        batch_lines = cluster.start_demo_batches() if demo else []
-        print(cluster.banner(ids, batch_lines), flush=True)
-        cluster.supervise()
-    except _Stop:
-        pass
-    finally:
-        cluster.stop()
-    return 0
-
-
-def _port_in_use(host: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex((host, port)) == 0
+    return LocalCluster(config, nodes, node_ports).run(demo)
 
 
 def _client(args: argparse.Namespace) -> Client:

@@ -1,9 +1,11 @@
 """``jobserver cluster --nodes N``: N nodes on this host on the embedded default.
 
 All nodes share one SQLite file and file locks under ``data_dir`` and serve the API on
-one port (``SO_REUSEPORT``), so the API keeps answering when any node dies. The
-launcher generates an API token on first use (kept in ``data_dir/api-token``, mode
-0600), prints it, and supervises the nodes until interrupted.
+one port (``SO_REUSEPORT``), so the API keeps answering when any node dies; each node
+also serves it on a port of its own (``api.node_bind``: by default the ports after
+``api.bind``'s), where its ``/metrics`` are that node's. The launcher generates an API
+token on first use (kept in ``data_dir/api-token``, mode 0600), prints it, and
+supervises the nodes until a signal stops it (see :mod:`jobserver.cluster_stop`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,9 +22,10 @@ from pathlib import Path
 
 from jobserver import demo_batches
 from jobserver.client import Client
+from jobserver.cluster_stop import NodeStop, StopSignals
 from jobserver.config import Config
-from jobserver.exceptions import JobServerError
-from jobserver.serve import EXIT_CODES
+from jobserver.exceptions import ConfigError, JobServerError
+from jobserver.serve import EXIT_CODES, EXIT_NOT_DRAINED
 from jobserver.store import Store
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -43,13 +46,39 @@ def cluster_token(config: Config) -> str:
     return token
 
 
-def node_env(config: Config, index: int, token: str) -> dict[str, str]:
-    return dict(os.environ,
-                JOBSERVER_SERVER__ID=f"node-{index}",
-                JOBSERVER_DATA_DIR=str(config.data_dir.resolve()),
-                JOBSERVER_API__TOKENS=token,
-                JOBSERVER_API__BIND=config.api.bind,
-                JOBSERVER_API__REUSE_PORT="true")
+def node_env(config: Config, index: int, token: str,
+             node_bind: str | None = None) -> dict[str, str]:
+    env = dict(os.environ,
+               JOBSERVER_SERVER__ID=f"node-{index}",
+               JOBSERVER_DATA_DIR=str(config.data_dir.resolve()),
+               JOBSERVER_API__TOKENS=token,
+               JOBSERVER_API__BIND=config.api.bind,
+               JOBSERVER_API__REUSE_PORT="true")
+    if node_bind is not None:
+        env["JOBSERVER_API__NODE_BIND"] = node_bind
+    return env
+
+
+def node_binds(bind: str, count: int, ports: list[int] | None = None) -> list[str]:
+    """Each node's own address: ``ports`` on ``bind``'s host, by default the ``count``
+    ports after ``bind``'s (8081, 8082, ... for 127.0.0.1:8080); none for a Unix
+    socket."""
+    if bind.startswith("unix:"):
+        return []
+    host, port = bind.rsplit(":", 1)
+    ports = ports or [int(port) + index for index in range(1, count + 1)]
+    if len(ports) != count:
+        raise ConfigError(f"--node-ports: {len(ports)} port(s) for {count} nodes; "
+                          "give one port per node")
+    return [f"{host}:{node_port}" for node_port in ports]
+
+
+def port_in_use(bind: str) -> bool:
+    """Whether something accepts connections on ``host:port``."""
+    host, port = bind.rsplit(":", 1)
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((host.strip("[]"), int(port))) == 0
 
 
 def describe_exit(index: int, code: int, log_dir: Path) -> str:
@@ -70,15 +99,50 @@ DEMO_SCHEDULE: dict[str, Any] = {
 
 
 class LocalCluster:
-    def __init__(self, config: Config, nodes: int) -> None:
+    def __init__(self, config: Config, nodes: int, node_ports: list[int] | None = None) -> None:
         self.config = config
         self.count = nodes
         self.token = cluster_token(config)
         self.url = f"http://{config.api.bind}"
+        #: each node's own API address, by index - 1
+        self.node_binds = node_binds(config.api.bind, nodes, node_ports)
         self.log_dir = (config.data_dir / "logs").resolve()
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         #: Settings every node gets on top of the launcher's (the demo's connections).
         self.node_settings: dict[str, str] = {}
+        self.signals = StopSignals()
+
+    def run(self, demo: bool) -> int:
+        """Start the nodes (and the demo), print the banner and supervise the nodes
+        until a signal stops the cluster; then stop them. Returns the launcher's exit
+        code: 0, or 3 when a node was stopped without draining."""
+        self.signals.install()
+        try:
+            self._start_and_supervise(demo)
+        finally:
+            stop = self.stop()
+        return EXIT_NOT_DRAINED if stop.hurried else 0
+
+    def _start_and_supervise(self, demo: bool) -> None:
+        self.check_ports()
+        if demo:
+            self.prepare_demo()
+        self.start()
+        if self.signals.stop_asked:
+            return
+        ids = self.submit_demo_jobs() if demo else []
+        batch_lines = self.start_demo_batches() if demo else []
+        print(self.banner(ids, batch_lines), flush=True)
+        self.supervise()
+
+    def check_ports(self) -> None:
+        """Refuse to start on an address something already listens on."""
+        if not self.config.api.bind.startswith("unix:") and port_in_use(self.config.api.bind):
+            raise ConfigError(f"api.bind: {self.config.api.bind} is already in use")
+        for index, bind in enumerate(self.node_binds, 1):
+            if port_in_use(bind):
+                raise ConfigError(f"--node-ports: {bind} (node-{index}'s own address) is "
+                                  "already in use")
 
     def start(self) -> None:
         store = Store(self.config.database_url)
@@ -86,6 +150,8 @@ class LocalCluster:
         store.dispose()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for index in range(1, self.count + 1):
+            if self.signals.stop_asked:
+                return
             self.start_node(index)
         self.wait_healthy()
 
@@ -97,20 +163,26 @@ class LocalCluster:
         log = open(self.log_dir / f"node-{index}.log", "ab")
         self.processes[index] = subprocess.Popen(
             [sys.executable, "-P", "-m", "jobserver.cli", "serve"],
-            env=dict(node_env(self.config, index, self.token), **self.node_settings),
+            env=dict(node_env(self.config, index, self.token, self.node_bind(index)),
+                     **self.node_settings),
             stdout=log, stderr=subprocess.STDOUT,
             process_group=0)
         log.close()
 
+    def node_bind(self, index: int) -> str | None:
+        return self.node_binds[index - 1] if self.node_binds else None
+
     def wait_healthy(self) -> None:
         client = Client(self.url, self.token, timeout=2)
         deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.signals.stop_asked:
             if any(p.poll() is not None for p in self.processes.values()):
                 raise JobServerError(f"a node exited during start-up; see {self.log_dir}")
             if client.healthy():
                 return
             time.sleep(0.2)
+        if self.signals.stop_asked:
+            return
         raise JobServerError(f"the API did not answer on {self.url}; see {self.log_dir}")
 
     def prepare_demo(self) -> None:
@@ -134,9 +206,14 @@ class LocalCluster:
 
     def banner(self, demo_ids: list[int], batch_lines: list[str] | None = None) -> str:
         lines = [f"jobserver cluster: {self.count} nodes (SQLite + file locks, single mode)",
-                 f"  API:    {self.url}   (OpenAPI: {self.url}/api/v1/openapi.json)",
-                 f"  token:  {self.token}",
-                 f"  logs:   {self.log_dir}/node-*.log"]
+                 f"  API:    {self.url}   (any node; OpenAPI: {self.url}/api/v1/openapi.json)"]
+        if self.node_binds:
+            lines.append("  nodes:  " + ", ".join(
+                f"node-{index} http://{bind}" for index, bind in enumerate(self.node_binds, 1))
+                + "   (one node each, its own /metrics; the X-Jobserver-Node header of "
+                  "every answer names the node)")
+        lines += [f"  token:  {self.token}",
+                  f"  logs:   {self.log_dir}/node-*.log"]
         if demo_ids:
             lines.append(f"  demo jobs submitted: {', '.join(map(str, demo_ids))}")
             lines.append(f"  demo schedule: {DEMO_SCHEDULE['namespace']}/"
@@ -154,27 +231,27 @@ class LocalCluster:
                   f"{self.url}/api/v1/jobs"]
         if batch_lines:
             lines += demo_batches.commands(self.config.data_dir)
-        lines.append("Ctrl-C stops the cluster.")
+        lines.append(f"Ctrl-C stops the cluster. The nodes drain first (up to "
+                     f"{self.config.server.drain_timeout:g} s, server.drain_timeout); "
+                     "Ctrl-C again stops at once.")
         return "\n".join(lines)
 
     def supervise(self) -> None:
+        """Report each node that exits, until all have or a signal asks to stop."""
         reported: set[int] = set()
-        while True:
+        while not self.signals.stop_asked:
             for index, process in self.processes.items():
                 if process.poll() is not None and index not in reported:
                     print(describe_exit(index, process.returncode, self.log_dir), flush=True)
                     reported.add(index)
             if len(reported) == len(self.processes):
                 return
-            time.sleep(0.5)
+            time.sleep(0.2)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for process in self.processes.values():
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
+    def stop(self) -> NodeStop:
+        """Drain the nodes still running (:class:`jobserver.cluster_stop.NodeStop`)."""
+        stop = NodeStop(self.processes, self.config.database_url,
+                        self.config.server.drain_timeout, self.signals,
+                        lambda index, code: describe_exit(index, code, self.log_dir))
+        stop.run()
+        return stop

@@ -136,15 +136,22 @@ class ServerConfig(_Section):
     capacity: int | None = Field(default=None, ge=1, le=1000)
 
 
+#: ``host:port`` or ``unix:PATH``
+BIND_PATTERN = r"^[^\s:]+:\d{1,5}$|^unix:\S+$"
+
+
 class ApiConfig(_Section):
-    bind: str = Field(default="127.0.0.1:8080", pattern=r"^[^\s:]+:\d{1,5}$|^unix:\S+$")
+    bind: str = Field(default="127.0.0.1:8080", pattern=BIND_PATTERN)
+    # An address of this node's API alone, beside ``bind`` (which several nodes may
+    # share with ``reuse_port``): where a scrape of /metrics reaches this very node.
+    node_bind: str | None = Field(default=None, pattern=BIND_PATTERN)
     tokens: list[str] = Field(default_factory=list)
     workers: int = Field(default=2, ge=1, le=64)
     max_body_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
     reuse_port: bool = False
     # False: no authentication at all; ``serve`` then refuses any bind but loopback.
     auth: bool = True
-    # Submits per second per token (a token bucket in each gunicorn worker).
+    # Submits per second per token and node (one bucket shared by the node's workers).
     submit_rate: float = Field(default=100.0, gt=0, le=1_000_000)
     submit_burst: int = Field(default=200, ge=1, le=1_000_000)
 

@@ -66,6 +66,9 @@ PRESENCE_MARGIN = 2.0
 #: locks): another process asking whether it is held (the cluster view, a rescue) takes
 #: it for a moment, and must not make this node refuse its own id.
 PRESENCE_PROBE_WAIT = 0.5
+#: How long a stopping node waits for the steps it cancelled to end and their jobs to
+#: be given back (a shell step's kill takes ``steps.shell.kill_grace``).
+GIVE_BACK_WAIT = 5.0
 
 
 def _at_start(take: Callable[[], Lease | None]) -> Lease | None:
@@ -357,10 +360,9 @@ class Node:
         """Stop claiming, let running jobs finish up to ``drain_timeout``, release locks.
 
         Returns True when every running job finished. Jobs still running after the
-        timeout are cancelled and left for the rescue path (they are RUNNING on a
-        node that is marked stopped). Stopping happens once: a second call (a
-        signal while the supervisor stops a failed node) waits for the first and
-        returns its result.
+        timeout are cancelled and put back to READY (:meth:`_give_back`). Stopping
+        happens once: a second call (a signal while the supervisor stops a failed
+        node) waits for the first and returns its result.
         """
         with self._stop_lock:
             if self._drained is None:
@@ -372,10 +374,7 @@ class Node:
         self.stop_claiming()
         drained = self.runner.wait_idle(timeout)
         if not drained:
-            log.warning("drain timeout: %s job(s) still running are cancelled",
-                        self.runner.running_count())
-            self.runner.cancel_all(StopReason.NODE_STOPPING, requeue=True)
-            self.runner.wait_idle(5)
+            self._give_back()
         self._closed.set()
         # A thread waiting on an unreachable lock service would hold the stop up.
         self.locks.abort_waits()
@@ -392,6 +391,26 @@ class Node:
             self.view_listeners.stop()
         self._close()
         return drained
+
+    def _give_back(self) -> None:
+        """Cancel the jobs still running and put each back to READY at once, its audit
+        event saying why: ``node N drained`` when a drain ran out of time (they run
+        again on a node that serves on, or on this one's next start, and no rescue
+        takes this node for dead), ``node stopping`` when a failed node gives up
+        without draining. A step that does not end within :data:`GIVE_BACK_WAIT` (a
+        Python step cannot be interrupted) leaves its job RUNNING on this stopped
+        node, for the rescue path."""
+        running = self.runner.running_count()
+        if self.failure is not None:
+            log.warning("%s job(s) still running are cancelled and re-queued", running)
+            self.runner.cancel_all(StopReason.NODE_STOPPING, requeue=True)
+        else:
+            log.warning("drain timeout: %s job(s) still running are cancelled and "
+                        "re-queued", running)
+            self.runner.cancel_all(StopReason.DRAINED, requeue=True, detail=(
+                f"node {self.id} drained: still running after server.drain_timeout "
+                f"({self.config.server.drain_timeout:g} s)"))
+        self.runner.wait_idle(GIVE_BACK_WAIT)
 
     def _close(self) -> None:
         try:

@@ -209,11 +209,12 @@ class Runner:
             self._idle.notify_all()
         self._on_slot_freed()
 
-    def cancel_all(self, reason: StopReason, requeue: bool = False) -> None:
+    def cancel_all(self, reason: StopReason, requeue: bool = False,
+                   detail: str | None = None) -> None:
         with self._lock:
             executions = list(self._running.values())
         for execution in executions:
-            execution.cancel(reason, requeue=requeue)
+            execution.cancel(reason, detail, requeue)
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no job runs; False if some still run after ``timeout`` seconds."""

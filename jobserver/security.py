@@ -35,11 +35,12 @@ def check_serve_auth(config: Config, count_stored_tokens=None) -> None:
     """Refuse to serve without authentication on a non-loopback bind, or with
     authentication but no token at all (neither in the config nor in the store)."""
     if not config.api.auth:
-        if not is_loopback(config.api.bind):
-            raise ConfigError(
-                f"api.auth: authentication is off, so the API may only listen on a "
-                f"loopback address (127.0.0.1, ::1, localhost), not {config.api.bind}; "
-                "set api.auth = true or bind to loopback")
+        for bind in filter(None, (config.api.bind, config.api.node_bind)):
+            if not is_loopback(bind):
+                raise ConfigError(
+                    f"api.auth: authentication is off, so the API may only listen on a "
+                    f"loopback address (127.0.0.1, ::1, localhost), not {bind}; "
+                    "set api.auth = true or bind to loopback")
         log.warning("api.auth=false: the API on %s accepts every request without a token",
                     config.api.bind)
         return

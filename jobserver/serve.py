@@ -8,8 +8,13 @@ the address is checked before any lock is taken, and a child that keeps exiting 
 the node drain and stop.
 
 Signals: the first SIGTERM/SIGINT drains (stop claiming, let running jobs finish up
-to ``server.drain_timeout``, release locks); a second one exits at once and leaves
-the rest to the rescue path of the other nodes.
+to ``server.drain_timeout`` after the signal, re-queue those still running, release
+locks); a second one exits at once and leaves the rest to the rescue path of the
+other nodes.
+
+The API listens on ``api.bind`` and, when set, on ``api.node_bind`` too, and names
+the node in every answer (``X-Jobserver-Node``); its workers share one submit rate
+limit (:mod:`jobserver.api.limits`).
 
 Exit codes (:data:`EXIT_CODES`): 0 drained; 2 bad configuration, such as an
 ``api.bind`` address in use (nothing was taken: no lock, no row); 3 stopped without
@@ -25,8 +30,10 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import TYPE_CHECKING
 
+from jobserver.api.limits import prepare_buckets
 from jobserver.api_process import ApiChild, check_bind
 from jobserver.config import Config
 from jobserver.logs import set_defaults as set_log_defaults
@@ -63,10 +70,12 @@ def serve(config: Config) -> int:
     prepare_multiprocess_dir(config.data_dir, config.server.id)
     node = Node(config)
     node.start()  # refuses a server.id already in use before any API process exists
+    prepare_buckets(config.data_dir, config.server.id)
     api = ApiChild(config)
     api.start()
     stop = threading.Event()
     signals_seen = []
+    drain_until: list[float] = []  # when the drain ends: server.drain_timeout after a signal
 
     def on_signal(signum: int, _frame: object) -> None:
         signals_seen.append(signum)
@@ -77,6 +86,7 @@ def serve(config: Config) -> int:
             # "the API refused", which a supervisor must not read into this exit).
             os._exit(EXIT_NOT_DRAINED)
         log.info("signal %s: draining", signal.Signals(signum).name)
+        drain_until.append(time.monotonic() + config.server.drain_timeout)
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -88,8 +98,15 @@ def serve(config: Config) -> int:
     # draining node that still claimed meanwhile would start new jobs and keep the
     # scheduling lock from the node that should take over.
     node.stop_claiming()
-    api.stop()
-    drained = node.stop()
+    # The API stops beside the drain, which counts from the signal as whoever sent it
+    # does (the cluster launcher says how long each node's drain has left): a slow
+    # gunicorn stop must not eat the running jobs' time.
+    api_stop = threading.Thread(target=api.stop, name="api-stop")
+    api_stop.start()
+    # Without a signal (the API kept dying) the drain starts now.
+    deadline = drain_until[0] if drain_until else time.monotonic() + config.server.drain_timeout
+    drained = node.stop(max(0.0, deadline - time.monotonic()))
+    api_stop.join()
     if api_failed:
         return EXIT_API_FAILED
     return 0 if drained else EXIT_NOT_DRAINED

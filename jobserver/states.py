@@ -113,8 +113,11 @@ class StopReason(str, enum.Enum):
     DELETED = "deleted"
     #: The job ended (by this node's own final write) while its execution was winding up.
     ENDED = "ended"
-    #: This node shuts down and gives the job back.
+    #: This node gives up without draining (a required loop died) and gives the job back.
     NODE_STOPPING = "node stopping"
+    #: This node drained (a SIGTERM) and the job still ran at the end of
+    #: ``server.drain_timeout``: it is given back, to run again on a node that serves on.
+    DRAINED = "drained"
     #: The job's segment lock was lost; the job is given back.
     LOCK_LOST = "lock lost"
     #: The execution failed inside the runner.

@@ -2,7 +2,8 @@
 
 ``create_app()`` builds everything from config and starts nothing: no scheduler, no
 thread. Under gunicorn each worker calls it after forking, so no connection is shared
-between processes. Every route but ``/healthz`` needs a bearer token.
+between processes. Every route but ``/healthz`` needs a bearer token. Every answer
+names the node that gave it (``X-Jobserver-Node``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from flask import Flask, Response, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from jobserver.config import Config, load_config
-from jobserver.api.auth import SubmitLimiter, authenticate, authorize
+from jobserver.api.auth import authenticate, authorize
+from jobserver.api.limits import SubmitLimiter
 from jobserver.exceptions import (AuthError, Conflict, FencedOff, Forbidden, InvalidRequest,
                                   JobServerError, LockError, MalformedRequest, NotFound,
                                   RateLimited, StoreError, StoreUnavailable)
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PUBLIC_ENDPOINTS = frozenset({"health.healthz"})
+#: The header of every answer that names the node which gave it (``server.id``).
+NODE_HEADER = "X-Jobserver-Node"
 
 #: The HTTP status of each error class; a class not listed answers as its nearest
 #: listed base class, and :class:`JobServerError` itself as an internal error.
@@ -80,7 +84,7 @@ class ApiContext:
     policy: Policy
     metrics: ApiMetrics
     registry: Any  # this app's own registry when not in multiprocess mode
-    limiter: SubmitLimiter  # per-token submit rate (api.submit_rate)
+    limiter: SubmitLimiter  # per-token submit rate (api.submit_rate), per node
     presence: PresenceProbe  # asks the lock service which nodes are present
 
 
@@ -108,7 +112,7 @@ def create_app(config: Config | None = None, store: Store | None = None,
         policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables,
                       connections=config.connections),
         metrics=ApiMetrics(registry), registry=registry,
-        limiter=SubmitLimiter(config.api.submit_rate, config.api.submit_burst),
+        limiter=SubmitLimiter.for_node(config.api.submit_rate, config.api.submit_burst),
         presence=(PresenceProbe.over(locks) if locks is not None
                   else probe_for(config, store)))
 
@@ -124,6 +128,7 @@ def create_app(config: Config | None = None, store: Store | None = None,
     app.before_request(_start_timer)
     app.before_request(_authenticate)
     app.after_request(_count_request)
+    app.after_request(_name_node)
     app.register_error_handler(JobServerError, _jobserver_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
@@ -147,6 +152,12 @@ def _count_request(response: Response) -> Response:
     metrics.requests.labels(route, request.method, str(response.status_code)).inc()
     if "started" in g:
         metrics.latency.labels(route).observe(time.perf_counter() - g.started)
+    return response
+
+
+def _name_node(response: Response) -> Response:
+    """Say which node answered: nodes may share one address (``api.reuse_port``)."""
+    response.headers[NODE_HEADER] = api().config.server.id
     return response
 
 

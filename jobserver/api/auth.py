@@ -1,4 +1,5 @@
-"""Who is calling, and may they: bearer tokens, scopes per route, submit rate limits.
+"""Who is calling, and may they: bearer tokens and scopes per route (the submit rate
+limit is :mod:`jobserver.api.limits`).
 
 Two kinds of token are accepted:
 
@@ -16,15 +17,11 @@ route is closed until someone decides otherwise.
 from __future__ import annotations
 
 import hmac
-import math
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from jobserver.config import Config
-from jobserver.exceptions import AuthError, Forbidden, RateLimited
+from jobserver.exceptions import AuthError, Forbidden
 from jobserver.store.tokens import (ADMIN, ALL_SCOPES, FENCE, OPERATE, READ, SHELL, SQL,
                                     SUBMIT, grants)
 
@@ -161,40 +158,3 @@ def check_step_types(principal: Principal, spec: Any) -> None:
     kind = lacking[0][1]
     raise Forbidden(f"{fields[0]['field']}: {kind} steps need a token with the "
                     f"{STEP_SCOPES[kind]!r} scope", fields)
-
-
-class SubmitLimiter:
-    """A token bucket per caller: ``rate`` submits a second, bursts up to ``burst``.
-
-    The buckets live in this process: under gunicorn each worker has its own, so the
-    effective limit of a node is ``api.workers`` times the configured one.
-    """
-
-    def __init__(self, rate: float, burst: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate, self.burst = rate, burst
-        self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def wait_time(self, key: str) -> float:
-        """Take one submit from ``key``'s bucket: 0 when allowed, else the seconds
-        until one is available (nothing is taken then)."""
-        with self._lock:
-            now = self._clock()
-            tokens, last = self._buckets.get(key, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
-            if tokens >= 1.0:
-                self._buckets[key] = (tokens - 1.0, now)
-                return 0.0
-            self._buckets[key] = (tokens, now)
-            return (1.0 - tokens) / self.rate
-
-    def check(self, principal: Principal) -> None:
-        wait = self.wait_time(principal.key)
-        if wait > 0:
-            retry_after = max(1, math.ceil(wait))
-            raise RateLimited(
-                f"token {principal.name!r} submits faster than api.submit_rate "
-                f"({self.rate:g}/s, burst {self.burst}); retry after {retry_after} s",
-                retry_after, {**principal.describe(), "retry_after": retry_after})

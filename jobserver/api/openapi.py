@@ -283,7 +283,9 @@ def document() -> dict[str, Any]:
     components.update(batches.schemas(components))
     return {
         "openapi": "3.1.0",
-        "info": {"title": "jobserver", "version": __version__},
+        "info": {"title": "jobserver", "version": __version__, "description": (
+            "Every response carries an X-Jobserver-Node header: the server.id of the "
+            "node that gave it (nodes may share one address).")},
         "paths": {**_paths(), **fences.paths(), **schedules.paths(), **datasets.paths(),
                   **consumers.paths(), **views.paths(), **batches.paths()},
         "components": {"schemas": components, "securitySchemes": {

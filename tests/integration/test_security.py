@@ -260,6 +260,20 @@ def test_submits_are_rate_limited_per_token(make_client: Callable[..., FlaskClie
     assert store.jobs.count_by_state() == {"READY": 4}
 
 
+def test_every_answer_names_its_node(make_client: Callable[..., FlaskClient]) -> None:
+    """Nodes may share an address: each answer, refusals and errors included, says
+    which one gave it."""
+    client = make_client(JOBSERVER_SERVER__ID="node-7", JOBSERVER_API__SUBMIT_BURST="1",
+                         JOBSERVER_API__SUBMIT_RATE="0.01")
+    answers = [client.get("/healthz"), client.get("/api/v1/jobs"),
+               client.get("/api/v1/jobs", headers=bearer(CONFIG_TOKEN)),
+               client.get("/api/v1/jobs/999999", headers=bearer(CONFIG_TOKEN)),
+               client.get("/no/such/route", headers=bearer(CONFIG_TOKEN)),
+               post_job(client, CONFIG_TOKEN), post_job(client, CONFIG_TOKEN)]
+    assert [answer.status_code for answer in answers] == [200, 401, 200, 404, 404, 201, 429]
+    assert {answer.headers["X-Jobserver-Node"] for answer in answers} == {"node-7"}
+
+
 def test_auth_off_needs_no_token(make_client: Callable[..., FlaskClient]) -> None:
     client = make_client(config_tokens=False, JOBSERVER_API__AUTH="false")
     assert client.get("/api/v1/jobs").status_code == 200

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from jobserver.api import error_reply
-from jobserver.api.auth import ENDPOINT_SCOPES, Principal, SubmitLimiter, required_scope
+from jobserver.api.auth import ENDPOINT_SCOPES, Principal, required_scope
+from jobserver.api.limits import SubmitLimiter
 from jobserver.config import load_config
 from jobserver.exceptions import ConfigError, RateLimited
 from jobserver.security import check_serve_auth, is_loopback
@@ -65,6 +66,17 @@ def test_auth_off_refuses_a_reachable_bind(bind: str) -> None:
     with pytest.raises(ConfigError) as refused:
         check_serve_auth(config, count_stored_tokens=lambda _: 0)
     assert refused.value.message.startswith("api.auth:") and bind in refused.value.message
+
+
+def test_auth_off_refuses_a_public_node_bind_too() -> None:
+    config = load_config(environ={"JOBSERVER_API__AUTH": "false",
+                                  "JOBSERVER_API__NODE_BIND": "0.0.0.0:8081"})
+    with pytest.raises(ConfigError) as refused:
+        check_serve_auth(config, count_stored_tokens=lambda _: 0)
+    assert "0.0.0.0:8081" in refused.value.message
+    loopback = load_config(environ={"JOBSERVER_API__AUTH": "false",
+                                    "JOBSERVER_API__NODE_BIND": "127.0.0.1:8081"})
+    check_serve_auth(loopback, count_stored_tokens=lambda _: pytest.fail("not asked"))
 
 
 def test_auth_off_on_loopback_needs_no_token() -> None:

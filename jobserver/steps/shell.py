@@ -4,8 +4,9 @@ The environment is built from an allow-list (``steps.shell.env_passthrough``) pl
 the step's own ``env`` and the ``JOBSERVER_*`` variables. Cancellation and timeouts
 send SIGTERM to the whole group, then SIGKILL after ``kill_grace`` seconds. Output
 (stdout and stderr together) is kept up to ``output_limit_bytes``: the head and the
-tail, with the size of what was cut. The step's runtime audit (CPU seconds, peak RSS)
-comes from ``wait4`` on the child.
+tail, with the size of what was cut. The step's runtime audit (exit status, CPU
+seconds, peak RSS of its process tree) comes from ``wait4`` in a small process between
+the node and the step (:mod:`jobserver.steps.reaper`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -26,6 +28,7 @@ from typing import Any
 from jobserver.datasets.outputs import ENV as PARTITIONS_ENV
 from jobserver.datasets.outputs import OutputError, read_file
 from jobserver.states import State
+from jobserver.steps import reaper
 from jobserver.store.records import StepOutcome
 
 MAX_METRICS_BYTES = 64 * 1024
@@ -91,38 +94,38 @@ def _input_files(ctx: Any, directory: Path) -> dict[str, str]:
 
 
 #: Steps die with their node: when the node process is killed, the kernel sends the
-#: step SIGKILL (util-linux ``setpriv --pdeathsig``, which then execs the step itself,
-#: so pid, exit status and rusage are the step's own). Without it, a step of a killed
-#: node would run on beside its rescued re-run.
+#: step SIGKILL (util-linux ``setpriv --pdeathsig``, which then execs the step itself).
+#: Without it, a step of a killed node would run on beside its rescued re-run. The
+#: node's child checks that its parent is still the node (reaper.PARENT_CHECK).
 SETPRIV = shutil.which("setpriv")
-#: Run between setpriv and the step: a node killed after the fork but before setpriv
-#: set the death signal sends none, so the step checks that its parent is still the
-#: node ($0) once the signal is set, and execs the step only then (exit 137 otherwise,
-#: as if the signal had come). Seen as two jobs of one lock_key running at once in a
-#: kill -9 chaos test: the dead node's step started after the kill.
-PARENT_CHECK = 'test "$PPID" = "$0" || exit 137; exec "$@"'
+#: The process between the node and the step that measures the step's own resource
+#: use: the node's interpreter, started without site packages for a fast start.
+REAPER = [sys.executable, "-I", "-S", reaper.__file__] if sys.executable else None
 
 
-def _command(argv: list[str], env: dict[str, str]) -> list[str]:
+def _command(argv: list[str], env: dict[str, str],
+             usage_file: Path | None = None) -> list[str]:
     """The argv to spawn; raises FileNotFoundError for a missing executable (which
-    setpriv would otherwise report as exit status 127)."""
+    setpriv would otherwise report as exit status 127). With ``usage_file``, the step
+    runs under the reaper, which writes the step's exit status and usage there."""
     if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
         raise FileNotFoundError(2, "not found or not executable", argv[0])
-    if SETPRIV is None:
-        return argv
-    return [SETPRIV, "--pdeathsig", "SIGKILL", "--", "/bin/sh", "-c", PARENT_CHECK,
-            str(os.getpid()), *argv]
+    if usage_file is not None and REAPER is not None:
+        lc_ctype = f"={env['LC_CTYPE']}" if "LC_CTYPE" in env else ""
+        argv = [*REAPER, str(usage_file), SETPRIV or "", lc_ctype, *argv]
+    return reaper.command(SETPRIV or "", argv, os.getpid())
 
 
 def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
     with tempfile.TemporaryDirectory(prefix="jobserver-step-") as scratch:
         metrics_file = Path(scratch) / "metrics.json"
         partitions_file = Path(scratch) / "partitions.jsonl"
+        usage_file = Path(scratch) / "usage.json"
         env = build_env(spec, ctx, metrics_file, partitions_file)
         try:
-            proc = subprocess.Popen(_command(spec["argv"], env), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
+            proc = subprocess.Popen(_command(spec["argv"], env, usage_file),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as exc:
             return StepOutcome(State.ERROR, error=f"cannot start {spec['argv'][0]!r}: "
                                                   f"{exc.strerror or exc}", retryable=False)
@@ -131,12 +134,20 @@ def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
         status, usage, reason = _wait(proc, spec.get("timeout"), ctx)
         _kill_group(proc.pid, signal.SIGKILL)  # leftovers would hold the pipe open
         capture.join(timeout=5)
+        status, cpu, peak = _step_usage(usage_file, status, usage)
         metrics, metrics_note = _read_metrics(metrics_file)
         partitions, partitions_error = _read_partitions(partitions_file, status, reason)
     output = capture.text() + (f"\n[{metrics_note}]" if metrics_note else "")
     audit = {"exit_code": status, "output": output, "metrics": metrics,
              "wall_seconds": time.monotonic() - ctx.started_monotonic,
-             "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_kb": usage.ru_maxrss}
+             "cpu_seconds": cpu, "peak_rss_kb": peak}
+    return _outcome(spec, status, reason, partitions, partitions_error, audit)
+
+
+def _outcome(spec: dict[str, Any], status: int, reason: str | None,
+             partitions: list[Any] | None, partitions_error: str | None,
+             audit: dict[str, Any]) -> StepOutcome:
+    """How the step ended, with its audit."""
     if reason == "cancelled":
         return StepOutcome(State.STOPPED, error="stopped: process killed", **audit)
     if reason == "timeout":
@@ -147,6 +158,18 @@ def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
     if partitions_error:
         return StepOutcome(State.ERROR, error=partitions_error, retryable=False, **audit)
     return StepOutcome(State.SUCCEED, partitions=partitions, **audit)
+
+
+def _step_usage(path: Path, status: int, usage: Any) -> tuple[int, float, int | None]:
+    """The step's exit status, CPU seconds and peak RSS (KiB) as the reaper reported
+    them. Without its report (the reaper was killed with the step, or never ran), the
+    status and CPU time are the node's child's; its peak RSS is then unknown: the
+    child's own would be the node's."""
+    try:
+        report = json.loads(path.read_text())
+        return int(report["status"]), float(report["cpu_seconds"]), int(report["peak_rss_kb"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return status, usage.ru_utime + usage.ru_stime, None
 
 
 def _read_partitions(path: Path, status: int, reason: str | None,

@@ -3,7 +3,7 @@
 :class:`Store` owns the engine and hands out repositories by concern — ``jobs`` (what
 the API does), ``runs`` (what schedulers and runners do), ``servers`` (nodes and
 heartbeats), ``epochs`` (fence counters for lock backends), ``tokens`` (API
-tokens), ``schedules`` (the schedule catalog users change, see
+tokens), ``step_logs`` (the full output of step attempts), ``schedules`` (the schedule catalog users change, see
 :mod:`jobserver.schedules.catalog`), ``datasets``, ``partitions`` and ``consumers`` (see
 :mod:`jobserver.datasets`), ``views`` (see :mod:`jobserver.views.store`), ``batch_configs``
 and ``batches`` (see :mod:`jobserver.batches`).
@@ -108,6 +108,7 @@ class Store:
         from jobserver.schedules.catalog import ScheduleCatalog
         from jobserver.store.epochs import EpochRepository
         from jobserver.store.jobs import JobRepository
+        from jobserver.store.logs import StepLogRepository
         from jobserver.store.runs import RunRepository
         from jobserver.store.servers import ServerRepository
         from jobserver.store.tokens import TokenRepository
@@ -121,6 +122,7 @@ class Store:
         self.servers = ServerRepository(self.tx)
         self.epochs = EpochRepository(self.tx)
         self.tokens = TokenRepository(self.tx)
+        self.step_logs = StepLogRepository(self.tx)
         self.schedules = ScheduleCatalog(self.tx)
         self.datasets = DatasetCatalog(self.tx)
         self.partitions = PartitionRepository(self.tx, self.datasets)

@@ -25,7 +25,9 @@ from jobserver.logs import job_fields
 from jobserver.retrying import retry
 from jobserver.states import State, StopReason
 from jobserver.steps import StepContext, StepFunction
+from jobserver.steps.log import StepLog
 from jobserver.store import Store
+from jobserver.store.logs import LogKey
 from jobserver.store.records import (Completion, JobRecord, StepOutcome, StepRecord,
                                      runnable_steps)
 
@@ -33,12 +35,16 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_BACKOFF = 300.0
+#: ``steps.log_limit_bytes``'s default.
+LOG_LIMIT = 10 << 20
 
 
 class JobExecution:
     def __init__(self, job: JobRecord, store: Store, step_types: dict[str, StepFunction],
-                 shell: ShellStepConfig, bus: EventBus, completer: Completer) -> None:
+                 shell: ShellStepConfig, bus: EventBus, completer: Completer,
+                 log_limit: int = LOG_LIMIT) -> None:
         self.job = job
+        self._log_limit = log_limit
         self._completer = completer
         self._finished = False
         self._final_write: Future[bool] | None = None
@@ -343,14 +349,21 @@ class JobExecution:
                           note or outcome.error)
 
     def _invoke(self, step: StepRecord, attempt: int) -> StepOutcome:
+        # The log writes nothing until output comes: a silent step costs no statement.
+        step_log = StepLog(self._store.step_logs, LogKey(self.job.id, step.name, attempt),
+                           self._log_limit)
         ctx = StepContext(job_id=self.job.id, job_name=self.job.name, step=step.name,
                           attempt=attempt, job_attempt=self.token.attempt,
                           fence=self.token.fence, node=self.token.node,
                           params=self.job.params, shell=self._shell, cancelled=self.cancelled,
-                          started_monotonic=time.monotonic(), inputs=self.inputs)
+                          started_monotonic=time.monotonic(), inputs=self.inputs,
+                          log=step_log)
         try:
-            return self._step_types[step.type](step.spec, ctx)
+            outcome = self._step_types[step.type](step.spec, ctx)
         except Exception as exc:
             log.exception("step %s of job %s raised", step.name, self.job.id,
                           extra=self.log_fields(step.name, attempt))
-            return StepOutcome(State.ERROR, error=f"{type(exc).__name__}: {exc}")
+            outcome = StepOutcome(State.ERROR, error=f"{type(exc).__name__}: {exc}")
+        # Before the attempt's end is written: a reader that sees it ended has its log.
+        step_log.finish(outcome.output)
+        return outcome

@@ -3,10 +3,12 @@
 The environment is built from an allow-list (``steps.shell.env_passthrough``) plus
 the step's own ``env`` and the ``JOBSERVER_*`` variables. Cancellation and timeouts
 send SIGTERM to the whole group, then SIGKILL after ``kill_grace`` seconds. Output
-(stdout and stderr together) is kept up to ``output_limit_bytes``: the head and the
-tail, with the size of what was cut. The step's runtime audit (exit status, CPU
-seconds, peak RSS of its process tree) comes from ``wait4`` in a small process between
-the node and the step (:mod:`jobserver.steps.reaper`).
+(stdout and stderr together) goes whole to the attempt's log in the store (up to
+``steps.log_limit_bytes``, see :mod:`jobserver.steps.log`) as it comes, and is kept on
+the step up to ``output_limit_bytes``: the head and the tail, with the size of what
+was cut. The step's runtime audit (exit status, CPU seconds, peak RSS of its process
+tree) comes from ``wait4`` in a small process between the node and the step
+(:mod:`jobserver.steps.reaper`).
 """
 
 from __future__ import annotations
@@ -29,17 +31,20 @@ from jobserver.datasets.outputs import ENV as PARTITIONS_ENV
 from jobserver.datasets.outputs import OutputError, read_file
 from jobserver.states import State
 from jobserver.steps import reaper
+from jobserver.steps.log import StepLog
 from jobserver.store.records import StepOutcome
 
 MAX_METRICS_BYTES = 64 * 1024
 
 
 class OutputCapture(threading.Thread):
-    """Drains a pipe, keeping the first and last ``limit / 2`` bytes."""
+    """Drains a pipe, keeping the first and last ``limit / 2`` bytes; everything goes
+    to ``log`` as well, when there is one."""
 
-    def __init__(self, stream: io.BufferedReader, limit: int) -> None:
+    def __init__(self, stream: io.BufferedReader, limit: int,
+                 log: StepLog | None = None) -> None:
         super().__init__(daemon=True, name="step-output")
-        self._stream, self._half = stream, limit // 2
+        self._stream, self._half, self._log = stream, limit // 2, log
         self._head = bytearray()
         self._tail: deque[bytes] = deque()
         self._tail_size = 0
@@ -48,6 +53,8 @@ class OutputCapture(threading.Thread):
     def run(self) -> None:
         while chunk := self._stream.read1(65536):
             self.total += len(chunk)
+            if self._log is not None:
+                self._log.write(chunk)
             room = self._half - len(self._head)
             if room > 0:
                 self._head += chunk[:room]
@@ -63,7 +70,10 @@ class OutputCapture(threading.Thread):
         tail = b"".join(self._tail)[-self._half:] if self._tail else b""
         cut = self.total - len(self._head) - len(tail)
         middle = f"\n[... {cut} bytes cut ...]\n".encode() if cut > 0 else b""
-        return (bytes(self._head) + middle + tail).decode("utf-8", errors="replace")
+        # NUL as U+FFFD: no text column takes it (PostgreSQL refuses the write, SQLite
+        # cuts the text there); the log keeps the bytes as they were.
+        return (bytes(self._head) + middle + tail).decode(
+            "utf-8", errors="replace").replace("\x00", "\ufffd")
 
 
 def build_env(spec: dict[str, Any], ctx: Any, metrics_file: Path,
@@ -117,6 +127,7 @@ def _command(argv: list[str], env: dict[str, str],
 
 
 def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
+    log: StepLog | None = getattr(ctx, "log", None)
     with tempfile.TemporaryDirectory(prefix="jobserver-step-") as scratch:
         metrics_file = Path(scratch) / "metrics.json"
         partitions_file = Path(scratch) / "partitions.jsonl"
@@ -129,11 +140,13 @@ def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
         except OSError as exc:
             return StepOutcome(State.ERROR, error=f"cannot start {spec['argv'][0]!r}: "
                                                   f"{exc.strerror or exc}", retryable=False)
-        capture = OutputCapture(proc.stdout, ctx.shell.output_limit_bytes)  # type: ignore[arg-type]
+        capture = OutputCapture(proc.stdout, ctx.shell.output_limit_bytes, log)  # type: ignore[arg-type]
         capture.start()
-        status, usage, reason = _wait(proc, spec.get("timeout"), ctx)
+        status, usage, reason = _wait(proc, spec.get("timeout"), ctx, log)
         _kill_group(proc.pid, signal.SIGKILL)  # leftovers would hold the pipe open
         capture.join(timeout=5)
+        if log is not None:
+            log.close()  # before the attempt's end is recorded: readers then have it all
         status, cpu, peak = _step_usage(usage_file, status, usage)
         metrics, metrics_note = _read_metrics(metrics_file)
         partitions, partitions_error = _read_partitions(partitions_file, status, reason)
@@ -183,9 +196,10 @@ def _read_partitions(path: Path, status: int, reason: str | None,
         return None, exc.message
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float | None,
-          ctx: Any) -> tuple[int, Any, str | None]:
-    """Reap the child with ``wait4``; stop it on cancel or timeout."""
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, ctx: Any,
+          log: StepLog | None = None) -> tuple[int, Any, str | None]:
+    """Reap the child with ``wait4``; stop it on cancel or timeout; meanwhile write
+    the output to the log as it falls due."""
     started = time.monotonic()
     reason: str | None = None
     signalled_at: float | None = None
@@ -205,6 +219,8 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float | None,
             signalled_at = now
         elif signalled_at is not None and now - signalled_at > ctx.shell.kill_grace:
             _kill_group(proc.pid, signal.SIGKILL)
+        if log is not None:
+            log.flush_if_due()
         time.sleep(interval)
         interval = min(interval * 2, 0.02)
 

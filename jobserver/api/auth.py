@@ -32,6 +32,7 @@ ENDPOINT_SCOPES: dict[str, str] = {
     "jobs.list_jobs": READ,
     "jobs.get_job": READ,
     "jobs.job_events": READ,
+    "logs.step_log": READ,  # as reading the job: its steps carry their output too
     "jobs.operate": OPERATE,
     "schedules.list_schedules": READ,
     "schedules.get_schedule": READ,

@@ -247,6 +247,7 @@ def _paths() -> dict[str, Any]:
 def document() -> dict[str, Any]:
     # Imported here: the schedules' part of the document is built from this module's
     # helpers.
+    from jobserver.api import logs
     from jobserver.batches import openapi as batches
     from jobserver.batches.planner import RunRequest
     from jobserver.batches.spec import BatchConfigSpec
@@ -274,7 +275,7 @@ def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobserver", "version": __version__},
-        "paths": {**_paths(), **schedules.paths(), **datasets.paths(),
+        "paths": {**_paths(), **logs.paths(), **schedules.paths(), **datasets.paths(),
                   **consumers.paths(), **views.paths(), **batches.paths()},
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (

@@ -42,6 +42,7 @@ ACTIONS = ("pause", "resume", "rerun", "discard")
 # Which scope each route needs, written out by hand (not read from the code).
 ROUTE_SCOPES = {("get", "/api/v1/jobs"): "read", ("post", "/api/v1/jobs"): "submit",
                 ("get", "/api/v1/jobs/1"): "read", ("get", "/api/v1/jobs/1/events"): "read",
+                ("get", "/api/v1/jobs/1/steps/s1/log"): "read",
                 ("get", "/api/v1/cluster"): "read", ("get", "/api/v1/openapi.json"): "read",
                 ("get", "/metrics"): "read",
                 **{("post", f"/api/v1/jobs/1/{action}"): "operate" for action in ACTIONS},

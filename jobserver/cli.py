@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobserver import (cli_batches, cli_datasets, cli_fence, cli_materialize, cli_purge,
-                       cli_schedules, cli_tokens)
+from jobserver import (cli_batches, cli_datasets, cli_fence, cli_logs, cli_materialize,
+                       cli_purge, cli_schedules, cli_tokens)
 from jobserver.config import CONFIG_ENV, Config, load_config
 from jobserver.exceptions import ConfigError, JobServerError
 from jobserver.logs import FORMATS, default_format, setup_logging
@@ -81,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
         if command.prog.split()[-1] in {"submit", "jobs", "job", "pause", "resume", "rerun",
                                         "discard", "cluster", "apply"}:
             _client_options(command)
+    cli_logs.add_parser(sub, _client_options)
     cli_schedules.add_parser(sub, _client_options)
     cli_datasets.add_parser(sub, _client_options)
     cli_materialize.add_parser(sub, _client_options)
@@ -188,6 +189,8 @@ def _client_config(path: str | None) -> Config | None:
 
 def _client_command(args: argparse.Namespace) -> int:
     client = _client(args)
+    if args.command == "logs":
+        return cli_logs.run(args, client)
     if args.command == "schedules":
         return cli_schedules.run(args, client)
     if args.command in ("datasets", "partitions", "consumers"):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 from jobserver.exceptions import JobServerError
@@ -148,6 +150,28 @@ class Client:
         except JobServerError:
             return False
 
+    # -- step logs ------------------------------------------------------------------------
+    def step_log(self, job_id: int, step: str, attempt: int | None = None,
+                 offset: int = 0) -> LogStream:
+        """Open a step attempt's log (the newest attempt by default) from byte
+        ``offset``; use the result in a ``with`` block and iterate over its pieces."""
+        path = f"/api/v1/jobs/{job_id}/steps/{urllib.parse.quote(step, safe='')}/log"
+        query = {"offset": offset, **({"attempt": attempt} if attempt is not None else {})}
+        request = urllib.request.Request(f"{self.url}{path}?{urllib.parse.urlencode(query)}")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            return LogStream(urllib.request.urlopen(request, timeout=self.timeout), self.url)
+        except urllib.error.HTTPError as exc:
+            try:
+                payload = json.loads(exc.read() or b"{}")
+            except ValueError:
+                payload = {}
+            raise ApiError(exc.code, payload) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise JobServerError(f"cannot reach the API at {self.url}: {reason}") from None
+
 
 def _query_value(value: Any) -> Any:
     # The API reads booleans as true/false, not Python's True/False.
@@ -157,3 +181,32 @@ def _query_value(value: Any) -> Any:
 def _path(collection: str, namespace: str, name: str) -> str:
     quote = urllib.parse.quote
     return f"/api/v1/{collection}/{quote(namespace, safe='')}/{quote(name, safe='')}"
+
+
+class LogStream:
+    """An open step log response: ``attempt``, ``complete`` (the attempt had ended, so
+    this is the whole rest of its log) and the body's pieces when iterated."""
+
+    PIECE = 64 * 1024
+
+    def __init__(self, response: Any, url: str) -> None:
+        self._response, self._url = response, url
+        self.attempt = int(response.headers.get("X-Log-Attempt", "0"))
+        self.complete = response.headers.get("X-Log-Complete") == "true"
+
+    def __enter__(self) -> LogStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._response.close()
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            try:
+                piece = self._response.read(self.PIECE)
+            except (http.client.HTTPException, OSError) as exc:
+                raise JobServerError(f"the log from {self._url} broke off: "
+                                     f"{type(exc).__name__}") from None
+            if not piece:
+                return
+            yield piece

@@ -181,6 +181,9 @@ class ShellStepConfig(_Section):
 
 class StepsConfig(_Section):
     shell: ShellStepConfig = Field(default_factory=ShellStepConfig)
+    #: How much of each step attempt's output the store keeps as its full log; more is
+    #: dropped, and a line at the end says how much (jobserver.steps.log).
+    log_limit_bytes: int = Field(default=10 << 20, ge=1024, le=1 << 30)
 
 
 #: ``${NAME}`` in a connection URL: replaced by the environment variable NAME at load.

@@ -25,22 +25,27 @@ from jobserver.logs import job_fields
 from jobserver.retrying import retry
 from jobserver.states import State, StopReason
 from jobserver.steps import StepContext, StepFunction
+from jobserver.steps.log import StepLog
 from jobserver.store import Store
 from jobserver.stepgraph import StepGraph, StepRun, Taken
+from jobserver.store.logs import LogKey
 from jobserver.store.records import Completion, JobRecord, StepOutcome, StepRecord
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_BACKOFF = 300.0
+#: ``steps.log_limit_bytes``'s default.
+LOG_LIMIT = 10 << 20
 
 
 class JobExecution:
     def __init__(self, job: JobRecord, store: Store, step_types: dict[str, StepFunction],
                  shell: ShellStepConfig, bus: EventBus, completer: Completer,
-                 api_url: str | None = None) -> None:
+                 api_url: str | None = None, log_limit: int = LOG_LIMIT) -> None:
         self.job = job
         self._api_url = api_url
+        self._log_limit = log_limit
         self._completer = completer
         self._finished = False
         self._final_write: Future[bool] | None = None
@@ -393,15 +398,22 @@ class JobExecution:
         return self._store.fences.check(token.job_id, token.fence, token.attempt).current
 
     def _invoke(self, step: StepRecord, attempt: int) -> StepOutcome:
+        # The log writes nothing until output comes: a silent step costs no statement.
+        step_log = StepLog(self._store.step_logs, LogKey(self.job.id, step.name, attempt),
+                           self._log_limit)
         ctx = StepContext(job_id=self.job.id, job_name=self.job.name, step=step.name,
                           attempt=attempt, job_attempt=self.token.attempt,
                           fence=self.token.fence, node=self.token.node,
                           params=self.job.params, shell=self._shell, cancelled=self.cancelled,
                           started_monotonic=time.monotonic(), inputs=self.inputs,
-                          api_url=self._api_url, fence_check=self._claim_is_current)
+                          api_url=self._api_url, fence_check=self._claim_is_current,
+                          log=step_log)
         try:
-            return self._step_types[step.type](step.spec, ctx)
+            outcome = self._step_types[step.type](step.spec, ctx)
         except Exception as exc:
             log.exception("step %s of job %s raised", step.name, self.job.id,
                           extra=self.log_fields(step.name, attempt))
-            return StepOutcome(State.ERROR, error=f"{type(exc).__name__}: {exc}")
+            outcome = StepOutcome(State.ERROR, error=f"{type(exc).__name__}: {exc}")
+        # Before the attempt's end is written: a reader that sees it ended has its log.
+        step_log.finish(outcome.output)
+        return outcome

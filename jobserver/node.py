@@ -115,7 +115,8 @@ class Node:
         steps = step_types(self.python_steps, self.connections)
         self.runner = Runner(self.store, steps, config.steps.shell,
                              config.capacity, on_slot_freed=self._wake, bus=self.bus,
-                             api_url=config.api.local_url())
+                             api_url=config.api.local_url(),
+                             log_limit=config.steps.log_limit_bytes)
         self.metrics.start_at_zero(steps, [worker.name for worker in self.listeners.workers])
         self.ctx = SchedulerContext(config=config, node_id=self.id, store=self.store,
                                     locks=self.locks, runner=self.runner,

@@ -20,7 +20,7 @@ from typing import Any
 from jobserver.completer import RETRY_FOR, Completer
 from jobserver.config import ShellStepConfig
 from jobserver.events import EventBus
-from jobserver.execution import JobExecution
+from jobserver.execution import LOG_LIMIT, JobExecution
 from jobserver.loops import Loop, Periodic
 from jobserver.states import StopReason
 from jobserver.steps import StepFunction
@@ -105,10 +105,14 @@ class Runner:
     def __init__(self, store: Store, step_types: dict[str, StepFunction],
                  shell: ShellStepConfig, capacity: int,
                  on_slot_freed: Callable[[], None] = lambda: None,
-                 bus: EventBus | None = None, api_url: str | None = None) -> None:
-        """``api_url``: this node's API, handed to shell steps as ``JOBSERVER_URL``."""
+                 bus: EventBus | None = None, api_url: str | None = None,
+                 log_limit: int = LOG_LIMIT) -> None:
+        """``api_url``: this node's API, handed to shell steps as ``JOBSERVER_URL``;
+        ``log_limit``: ``steps.log_limit_bytes``, the most of a step attempt's output
+        its log keeps."""
         self._store = store
         self._api_url = api_url
+        self._log_limit = log_limit
         self.bus = bus or EventBus()
         self._completer = Completer(store)
         self._step_types = step_types
@@ -156,7 +160,8 @@ class Runner:
         """Run ``job``; ``on_done`` is called when its execution ends (e.g. to release
         the job's segment lock)."""
         execution = JobExecution(job, self._store, self._step_types, self._shell, self.bus,
-                                 self._completer, self._api_url)
+                                 self._completer, self._api_url,
+                                 self._log_limit)
         with self._lock:
             self._running[job.id] = execution
         self._pool.submit(self._execute, execution, on_done)

@@ -116,13 +116,13 @@ def create_app(config: Config | None = None, store: Store | None = None,
         presence=(PresenceProbe.over(locks) if locks is not None
                   else probe_for(config, store)))
 
-    from jobserver.api import cluster, fences, health, jobs, metrics, openapi
+    from jobserver.api import cluster, fences, health, jobs, logs, metrics, openapi
     from jobserver.batches import api as batches
     from jobserver.datasets import api as datasets
     from jobserver.schedules import api as schedules
     from jobserver.views import api as views
 
-    for module in (health, jobs, fences, schedules, datasets, views, batches, cluster,
+    for module in (health, jobs, fences, logs, schedules, datasets, views, batches, cluster,
                    openapi, metrics):
         app.register_blueprint(module.blueprint)
     app.before_request(_start_timer)

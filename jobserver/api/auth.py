@@ -30,6 +30,7 @@ ENDPOINT_SCOPES: dict[str, str] = {
     "jobs.list_jobs": READ,
     "jobs.get_job": READ,
     "jobs.job_events": READ,
+    "logs.step_log": READ,  # as reading the job: its steps carry their output too
     "jobs.operate": OPERATE,
     # The token to give steps: it answers whether a claim is current (yes or no, for
     # any job) and nothing else; 'read' includes it.

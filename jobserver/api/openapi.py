@@ -256,7 +256,7 @@ def _paths() -> dict[str, Any]:
 def document() -> dict[str, Any]:
     # Imported here: the schedules' part of the document is built from this module's
     # helpers.
-    from jobserver.api import fences
+    from jobserver.api import fences, logs
     from jobserver.batches import openapi as batches
     from jobserver.batches.planner import RunRequest
     from jobserver.batches.spec import BatchConfigSpec
@@ -286,7 +286,7 @@ def document() -> dict[str, Any]:
         "info": {"title": "jobserver", "version": __version__, "description": (
             "Every response carries an X-Jobserver-Node header: the server.id of the "
             "node that gave it (nodes may share one address).")},
-        "paths": {**_paths(), **fences.paths(), **schedules.paths(), **datasets.paths(),
+        "paths": {**_paths(), **fences.paths(), **logs.paths(), **schedules.paths(), **datasets.paths(),
                   **consumers.paths(), **views.paths(), **batches.paths()},
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (

@@ -13,11 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobserver.config import ShellStepConfig
 from jobserver.states import State
 from jobserver.store.records import StepOutcome
+
+if TYPE_CHECKING:
+    from jobserver.steps.log import StepLog
 
 
 @dataclass
@@ -37,6 +40,9 @@ class StepContext:
     #: "consumer", "partitions": [{"id", "key", "location", "metadata",
     #: "created_at", "failed_attempts"}]}`` (jobserver.datasets.working_set).
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The attempt's full log in the store; a step that streams its output writes
+    #: there and closes it (shell). Others' ``output`` becomes the log at their end.
+    log: StepLog | None = None
     #: This node's API for the step's own calls (``JOBSERVER_URL`` of shell steps).
     api_url: str | None = None
     #: The store's answer for this run's claim (see :meth:`fence_is_current`).

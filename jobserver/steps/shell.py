@@ -5,9 +5,12 @@ the step's own ``env`` and the ``JOBSERVER_*`` variables: the run's claim
 (``JOBSERVER_JOB_ID``, ``JOBSERVER_FENCE``, ``JOBSERVER_JOB_ATTEMPT``), which
 ``jobserver fence-check`` reads, and the node's API (``JOBSERVER_URL``). Cancellation and timeouts
 send SIGTERM to the whole group, then SIGKILL after ``kill_grace`` seconds. Output
-(stdout and stderr together) is kept up to ``output_limit_bytes``: the head and the
-tail, with the size of what was cut. The step's runtime audit (CPU seconds, peak RSS)
-comes from ``wait4`` on the child.
+(stdout and stderr together) goes whole to the attempt's log in the store (up to
+``steps.log_limit_bytes``, see :mod:`jobserver.steps.log`) as it comes, and is kept on
+the step up to ``output_limit_bytes``: the head and the tail, with the size of what
+was cut. The step's runtime audit (exit status, CPU seconds, peak RSS of its process
+tree) comes from ``wait4`` in a small process between the node and the step
+(:mod:`jobserver.steps.reaper`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -28,17 +32,21 @@ from typing import Any
 from jobserver.datasets.outputs import ENV as PARTITIONS_ENV
 from jobserver.datasets.outputs import OutputError, read_file
 from jobserver.states import State
+from jobserver.steps import reaper
+from jobserver.steps.log import StepLog
 from jobserver.store.records import StepOutcome
 
 MAX_METRICS_BYTES = 64 * 1024
 
 
 class OutputCapture(threading.Thread):
-    """Drains a pipe, keeping the first and last ``limit / 2`` bytes."""
+    """Drains a pipe, keeping the first and last ``limit / 2`` bytes; everything goes
+    to ``log`` as well, when there is one."""
 
-    def __init__(self, stream: io.BufferedReader, limit: int) -> None:
+    def __init__(self, stream: io.BufferedReader, limit: int,
+                 log: StepLog | None = None) -> None:
         super().__init__(daemon=True, name="step-output")
-        self._stream, self._half = stream, limit // 2
+        self._stream, self._half, self._log = stream, limit // 2, log
         self._head = bytearray()
         self._tail: deque[bytes] = deque()
         self._tail_size = 0
@@ -47,6 +55,8 @@ class OutputCapture(threading.Thread):
     def run(self) -> None:
         while chunk := self._stream.read1(65536):
             self.total += len(chunk)
+            if self._log is not None:
+                self._log.write(chunk)
             room = self._half - len(self._head)
             if room > 0:
                 self._head += chunk[:room]
@@ -62,7 +72,10 @@ class OutputCapture(threading.Thread):
         tail = b"".join(self._tail)[-self._half:] if self._tail else b""
         cut = self.total - len(self._head) - len(tail)
         middle = f"\n[... {cut} bytes cut ...]\n".encode() if cut > 0 else b""
-        return (bytes(self._head) + middle + tail).decode("utf-8", errors="replace")
+        # NUL as U+FFFD: no text column takes it (PostgreSQL refuses the write, SQLite
+        # cuts the text there); the log keeps the bytes as they were.
+        return (bytes(self._head) + middle + tail).decode(
+            "utf-8", errors="replace").replace("\x00", "\ufffd")
 
 
 def build_env(spec: dict[str, Any], ctx: Any, metrics_file: Path,
@@ -98,52 +111,63 @@ def _input_files(ctx: Any, directory: Path) -> dict[str, str]:
 
 
 #: Steps die with their node: when the node process is killed, the kernel sends the
-#: step SIGKILL (util-linux ``setpriv --pdeathsig``, which then execs the step itself,
-#: so pid, exit status and rusage are the step's own). Without it, a step of a killed
-#: node would run on beside its rescued re-run.
+#: step SIGKILL (util-linux ``setpriv --pdeathsig``, which then execs the step itself).
+#: Without it, a step of a killed node would run on beside its rescued re-run. The
+#: node's child checks that its parent is still the node (reaper.PARENT_CHECK).
 SETPRIV = shutil.which("setpriv")
-#: Run between setpriv and the step: a node killed after the fork but before setpriv
-#: set the death signal sends none, so the step checks that its parent is still the
-#: node ($0) once the signal is set, and execs the step only then (exit 137 otherwise,
-#: as if the signal had come). Seen as two jobs of one lock_key running at once in a
-#: kill -9 chaos test: the dead node's step started after the kill.
-PARENT_CHECK = 'test "$PPID" = "$0" || exit 137; exec "$@"'
+#: The process between the node and the step that measures the step's own resource
+#: use: the node's interpreter, started without site packages for a fast start.
+REAPER = [sys.executable, "-I", "-S", reaper.__file__] if sys.executable else None
 
 
-def _command(argv: list[str], env: dict[str, str]) -> list[str]:
+def _command(argv: list[str], env: dict[str, str],
+             usage_file: Path | None = None) -> list[str]:
     """The argv to spawn; raises FileNotFoundError for a missing executable (which
-    setpriv would otherwise report as exit status 127)."""
+    setpriv would otherwise report as exit status 127). With ``usage_file``, the step
+    runs under the reaper, which writes the step's exit status and usage there."""
     if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
         raise FileNotFoundError(2, "not found or not executable", argv[0])
-    if SETPRIV is None:
-        return argv
-    return [SETPRIV, "--pdeathsig", "SIGKILL", "--", "/bin/sh", "-c", PARENT_CHECK,
-            str(os.getpid()), *argv]
+    if usage_file is not None and REAPER is not None:
+        lc_ctype = f"={env['LC_CTYPE']}" if "LC_CTYPE" in env else ""
+        argv = [*REAPER, str(usage_file), SETPRIV or "", lc_ctype, *argv]
+    return reaper.command(SETPRIV or "", argv, os.getpid())
 
 
 def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
+    log: StepLog | None = getattr(ctx, "log", None)
     with tempfile.TemporaryDirectory(prefix="jobserver-step-") as scratch:
         metrics_file = Path(scratch) / "metrics.json"
         partitions_file = Path(scratch) / "partitions.jsonl"
+        usage_file = Path(scratch) / "usage.json"
         env = build_env(spec, ctx, metrics_file, partitions_file)
         try:
-            proc = subprocess.Popen(_command(spec["argv"], env), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
+            proc = subprocess.Popen(_command(spec["argv"], env, usage_file),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as exc:
             return StepOutcome(State.ERROR, error=f"cannot start {spec['argv'][0]!r}: "
                                                   f"{exc.strerror or exc}", retryable=False)
-        capture = OutputCapture(proc.stdout, ctx.shell.output_limit_bytes)  # type: ignore[arg-type]
+        capture = OutputCapture(proc.stdout, ctx.shell.output_limit_bytes, log)  # type: ignore[arg-type]
         capture.start()
-        status, usage, reason = _wait(proc, spec.get("timeout"), ctx)
+        status, usage, reason = _wait(proc, spec.get("timeout"), ctx, log)
         _kill_group(proc.pid, signal.SIGKILL)  # leftovers would hold the pipe open
         capture.join(timeout=5)
+        if log is not None:
+            log.close()  # before the attempt's end is recorded: readers then have it all
+        status, cpu, peak = _step_usage(usage_file, status, usage)
         metrics, metrics_note = _read_metrics(metrics_file)
         partitions, partitions_error = _read_partitions(partitions_file, status, reason)
     output = capture.text() + (f"\n[{metrics_note}]" if metrics_note else "")
     audit = {"exit_code": status, "output": output, "metrics": metrics,
              "wall_seconds": time.monotonic() - ctx.started_monotonic,
-             "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_kb": usage.ru_maxrss}
+             "cpu_seconds": cpu, "peak_rss_kb": peak}
+    return _outcome(spec, status, reason, partitions, partitions_error, audit)
+
+
+def _outcome(spec: dict[str, Any], status: int, reason: str | None,
+             partitions: list[Any] | None, partitions_error: str | None,
+             audit: dict[str, Any]) -> StepOutcome:
+    """How the step ended, with its audit."""
     if reason == "cancelled":
         return StepOutcome(State.STOPPED, error="stopped: process killed", **audit)
     if reason == "timeout":
@@ -154,6 +178,18 @@ def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
     if partitions_error:
         return StepOutcome(State.ERROR, error=partitions_error, retryable=False, **audit)
     return StepOutcome(State.SUCCEED, partitions=partitions, **audit)
+
+
+def _step_usage(path: Path, status: int, usage: Any) -> tuple[int, float, int | None]:
+    """The step's exit status, CPU seconds and peak RSS (KiB) as the reaper reported
+    them. Without its report (the reaper was killed with the step, or never ran), the
+    status and CPU time are the node's child's; its peak RSS is then unknown: the
+    child's own would be the node's."""
+    try:
+        report = json.loads(path.read_text())
+        return int(report["status"]), float(report["cpu_seconds"]), int(report["peak_rss_kb"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return status, usage.ru_utime + usage.ru_stime, None
 
 
 def _read_partitions(path: Path, status: int, reason: str | None,
@@ -167,9 +203,10 @@ def _read_partitions(path: Path, status: int, reason: str | None,
         return None, exc.message
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float | None,
-          ctx: Any) -> tuple[int, Any, str | None]:
-    """Reap the child with ``wait4``; stop it on cancel or timeout."""
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, ctx: Any,
+          log: StepLog | None = None) -> tuple[int, Any, str | None]:
+    """Reap the child with ``wait4``; stop it on cancel or timeout; meanwhile write
+    the output to the log as it falls due."""
     started = time.monotonic()
     reason: str | None = None
     signalled_at: float | None = None
@@ -189,6 +226,8 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float | None,
             signalled_at = now
         elif signalled_at is not None and now - signalled_at > ctx.shell.kill_grace:
             _kill_group(proc.pid, signal.SIGKILL)
+        if log is not None:
+            log.flush_if_due()
         time.sleep(interval)
         interval = min(interval * 2, 0.02)
 

@@ -4,8 +4,8 @@
 the API does), ``runs`` (what schedulers and runners do), ``fences`` (whether a
 run's claim is still current), ``servers`` (nodes and heartbeats), ``epochs`` (fence
 counters for lock backends), ``tokens`` (API tokens), ``retention`` (deleting old
-finished jobs, see :mod:`jobserver.store.retention`), ``schedules`` (the schedule
-catalog users change, see
+finished jobs, see :mod:`jobserver.store.retention`), ``step_logs`` (the full output of
+step attempts), ``schedules`` (the schedule catalog users change, see
 :mod:`jobserver.schedules.catalog`), ``datasets``, ``partitions`` and ``consumers`` (see
 :mod:`jobserver.datasets`), ``views`` (see :mod:`jobserver.views.store`), ``batch_configs``
 and ``batches`` (see :mod:`jobserver.batches`).
@@ -111,6 +111,7 @@ class Store:
         from jobserver.store.epochs import EpochRepository
         from jobserver.store.fences import FenceRepository
         from jobserver.store.jobs import JobRepository
+        from jobserver.store.logs import StepLogRepository
         from jobserver.store.retention import RetentionRepository
         from jobserver.store.runs import RunRepository
         from jobserver.store.servers import ServerRepository
@@ -127,6 +128,7 @@ class Store:
         self.epochs = EpochRepository(self.tx)
         self.tokens = TokenRepository(self.tx)
         self.retention = RetentionRepository(self.tx)
+        self.step_logs = StepLogRepository(self.tx)
         self.schedules = ScheduleCatalog(self.tx)
         self.datasets = DatasetCatalog(self.tx)
         self.partitions = PartitionRepository(self.tx, self.datasets)

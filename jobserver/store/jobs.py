@@ -15,6 +15,7 @@ from jobserver.store import WAKE_CHANNEL, Transactions, pgsubmit
 from jobserver.store.dependencies import NewJob, insert_linked, recount, upstreams_of
 from jobserver.store.engine import store_now
 from jobserver.store.records import EventRecord, JobRecord, StepRecord
+from jobserver.store.logs import forget as forget_logs
 from jobserver.store.tables import AuditEvent, events, jobs, record_events, steps
 
 MAX_PAGE = 500
@@ -372,6 +373,7 @@ def _reset_steps(conn: Connection, job_id: int,
         values: dict[str, Any] = {"state": target.value}
         if operation is Operation.RERUN:
             values.update(_RERUN_CLEARED)
+            forget_logs(conn, job_id, [name for name, _ in rows])
         conn.execute(update(steps).where(where).values(**values))
     return [(name, State(state), target) for name, state in rows]
 

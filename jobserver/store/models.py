@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (DDL, JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index,
-                        Integer, MetaData, String, Text, TypeDecorator, UniqueConstraint, event,
-                        false, text)
+                        Integer, LargeBinary, MetaData, String, Text, TypeDecorator,
+                        UniqueConstraint, event, false, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from jobserver.store import triggers
@@ -193,6 +193,27 @@ class StepRow(Base):
     metrics: Mapped[dict | None] = mapped_column(JSON)
 
     __table_args__ = (UniqueConstraint("job_id", "name"), Index("ix_steps_job_id", "job_id"))
+
+
+class StepLogRow(Base):
+    """One chunk of a step attempt's full output (``jobserver.store.logs``): zlib-
+    compressed bytes, written in ``seq`` order while the step runs. ``start`` is the
+    offset of the chunk's first byte in the attempt's log and ``size`` its length, both
+    uncompressed, so a reader can resume from a byte offset. Like ``job_events`` the
+    rows name their step and belong to the job: deleting a job deletes them (ON DELETE
+    CASCADE), and a rerun, which starts the step's attempts again at 1, deletes its
+    steps' chunks."""
+
+    __tablename__ = "step_logs"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    step: Mapped[str] = mapped_column(String(100), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start: Mapped[int] = mapped_column(BigInteger)
+    size: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 #: Rows of the final-events feed: a job (not a step) reaching a state a run ends in.

@@ -77,6 +77,7 @@ def fields_of(error: dict[str, Any]) -> list[str]:
 # -- 1. auth ---------------------------------------------------------------------------
 ROUTES = [("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("get", "/api/v1/jobs/1"),
           ("get", "/api/v1/jobs/1/events"), ("get", "/api/v1/jobs/1/fence/7"),
+          ("get", "/api/v1/jobs/1/steps/s1/log"),
           ("get", "/api/v1/cluster"),
           ("get", "/api/v1/openapi.json"), ("get", "/metrics")] + [
     ("post", f"/api/v1/jobs/1/{a}") for a in ACTIONS] + [
@@ -103,7 +104,8 @@ TEMPLATES = {"/default/nightly": "/{namespace}/{name}", "/consumers/c1": "/consu
              "/view-definitions/app.pkg/Sales": "/view-definitions/{package}/{view}",
              "/materialize/app.pkg/Sales": "/materialize/{pattern}",
              "/configs/nightly": "/configs/{name}", "/runs/7": "/runs/{run_id}",
-             "/jobs/1": "/jobs/{job_id}", "/fence/7": "/fence/{fence}"}
+             "/jobs/1": "/jobs/{job_id}", "/fence/7": "/fence/{fence}",
+             "/steps/s1/log": "/steps/{name}/log"}
 
 
 def templated(path: str) -> str:

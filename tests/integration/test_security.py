@@ -44,6 +44,7 @@ ROUTE_SCOPES = {("get", "/api/v1/jobs"): "read", ("post", "/api/v1/jobs"): "subm
                 ("get", "/api/v1/jobs/1"): "read", ("get", "/api/v1/jobs/1/events"): "read",
                 # The token handed to steps: the fence check only ('read' includes it).
                 ("get", "/api/v1/jobs/1/fence/7"): "fence",
+                ("get", "/api/v1/jobs/1/steps/s1/log"): "read",
                 ("get", "/api/v1/cluster"): "read", ("get", "/api/v1/openapi.json"): "read",
                 ("get", "/metrics"): "read",
                 **{("post", f"/api/v1/jobs/1/{action}"): "operate" for action in ACTIONS},

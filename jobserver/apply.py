@@ -293,6 +293,8 @@ def apply_documents(client: Client, documents: list[Any], dry_run: bool = False,
         try:
             plans.append((resource, resource.apply(client, dry_run=True)))
         except ApiError as exc:
+            if exc.status == 401:  # the token, not the document: say it once
+                raise
             problems.append(Problem(index, resource.label, exc.message, exc.details))
     if problems:
         for problem in sorted(problems, key=lambda problem: problem.document):

@@ -1,15 +1,22 @@
 """The ``jobserver`` command line.
 
-Server commands (``serve``, ``cluster``, ``db upgrade``, and the admin commands
-``token`` and ``purge``) read the config; client
-commands talk to the API with ``--url``/``JOBSERVER_URL`` and
-``--token``/``JOBSERVER_TOKEN`` (falling back to the config and the token file that
-``jobserver cluster`` writes). Exit codes: 0 success, 1 the API refused, 2 bad usage
-or configuration, 3 a node stopped without draining, 4 a node gave up because one of
-its background loops died, 5 a node's API process kept exiting and the node drained
-(``jobserver.serve``); ``batch run`` has its own (``jobserver.cli_batches``: 3 is a
-FAILED stage there), and so has ``fence-check`` (``jobserver.cli_fence``: 1 is a stale
-claim, 2 no answer).
+Server commands (``serve``, ``cluster --nodes``, ``db upgrade``, and the admin commands
+``token`` and ``purge``) read the config; client commands talk to the API with
+``--url``/``JOBSERVER_URL`` and ``--token``/``JOBSERVER_TOKEN`` (falling back to the
+config and the token file that ``jobserver cluster`` writes). The global options
+(``--config``, ``--log-level``, ``--log-format``, and ``--url``/``--token`` of the
+client commands) are taken before the command or after it.
+
+Exit codes: 0 success; 1 the request failed (the API refused it, could not be
+reached, or an unexpected error); 2 bad usage or configuration (an unknown option, a
+value of the wrong type, a file that cannot be read, a URL or token that cannot be
+used: nothing was sent); 3 a node stopped without draining, 4 a node gave up because
+one of its background loops died, 5 a node's API process kept exiting and the node
+drained (``jobserver.serve``); 130 Ctrl-C. ``batch run`` has its own
+(``jobserver.cli_batches``: 3 is a FAILED stage there), and so has ``fence-check``
+(``jobserver.cli_fence``: 1 is a stale claim, 2 no answer). Every failure is one line
+on stderr (a refused request adds a line per further field), never a traceback:
+``--log-level DEBUG`` logs one for an unexpected error.
 """
 
 from __future__ import annotations
@@ -23,25 +30,38 @@ from typing import TYPE_CHECKING, Any
 
 from jobserver import (cli_batches, cli_datasets, cli_fence, cli_logs, cli_materialize,
                        cli_purge, cli_schedules, cli_tokens)
+from jobserver.cli_parsing import (EXIT_USAGE, Parser, check_text, client_options,
+                                   global_options, positive, read_input, run_reported)
 from jobserver.config import CONFIG_ENV, Config, load_config
-from jobserver.exceptions import ConfigError, JobServerError
-from jobserver.logs import FORMATS, default_format, setup_logging
+from jobserver.exceptions import ConfigError
+from jobserver.logs import setup_logging
 
 if TYPE_CHECKING:
     from jobserver.client import Client
 
-EXIT_API, EXIT_USAGE = 1, 2
+DESCRIPTION = ("jobserver: a distributed job server. 'serve' runs a node; the client "
+               "commands talk to its HTTP API. Global options go before or after the "
+               "command. Exit codes: 0 success, 1 the request failed, 2 bad usage or "
+               "configuration.")
+SERVE_DESCRIPTION = (
+    "Run one node: the scheduler and runner in this process, the HTTP API under "
+    "gunicorn. Configuration comes from the TOML file named by --config (or "
+    "$JOBSERVER_CONFIG), then from environment variables, which override the file: "
+    "JOBSERVER_SECTION__KEY sets section.key (JOBSERVER_SCHEDULER__MODE=leader) and "
+    "JOBSERVER_DATA_DIR sets data_dir. Keys set by neither keep their defaults: a SQLite "
+    "store and file locks under ./.jobserver. A bad value stops start-up with a message "
+    "naming the key (exit 2). The API needs a token: api.tokens, or one made with "
+    "'jobserver token create'. See the README's Configuration section for every key.")
+_client_options = client_options  # what the command modules are handed
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jobserver", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="TOML config file (default: $JOBSERVER_CONFIG)")
-    parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--log-format", choices=FORMATS, default=default_format(),
-                        help="plain (default) or json: one JSON object per line "
-                             "(default: $JOBSERVER_LOG_FORMAT)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="run one node: scheduler, runner and the HTTP API")
+    parser = Parser(prog="jobserver", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of the commands below; COMMAND --help for its "
+                                     "options")
+    sub.add_parser("serve", help="run one node: scheduler, runner and the HTTP API",
+                   description=SERVE_DESCRIPTION)
     cluster = sub.add_parser("cluster", help="show the cluster's nodes; with --nodes N, run "
                                              "N nodes on this host (embedded default)")
     cluster.add_argument("--nodes", type=int, help="start N local nodes (make run: 3)")
@@ -51,26 +71,29 @@ def _parser() -> argparse.ArgumentParser:
                          help="with --nodes: each node's own API port (default: the ports "
                               "after api.bind's, 8081, 8082, ... for 8080)")
     db = sub.add_parser("db", help="database schema")
-    db.add_argument("action", choices=["upgrade"])
+    db.add_argument("action", choices=["upgrade"],
+                    help="upgrade: apply the migrations the store lacks")
     cli_tokens.add_parser(sub)
     cli_purge.add_parser(sub)
-    for name, text in (("submit", "submit a job spec (JSON file, or - for stdin)"),):
-        command = sub.add_parser(name, help=text)
-        command.add_argument("file")
-        command.add_argument("--idempotency-key")
+    submit = sub.add_parser("submit", help="submit a job spec (JSON file, or - for stdin)")
+    submit.add_argument("file", help="the job spec: a JSON file, or - for stdin")
+    submit.add_argument("--idempotency-key", metavar="KEY",
+                        help="a retried submit with the same key makes one job")
     jobs = sub.add_parser("jobs", help="list jobs, newest first")
-    jobs.add_argument("--state")
-    jobs.add_argument("--name")
-    jobs.add_argument("--limit", type=int, default=20)
+    jobs.add_argument("--state", help="only jobs in this state (READY, RUNNING, ...)")
+    jobs.add_argument("--name", help="only jobs with this name")
+    jobs.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     for command in (cluster, jobs):  # the live views (jobserver.cli_views)
         command.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
-        command.add_argument("--interval", type=float, default=2.0, help="seconds (--watch)")
-        command.add_argument("--count", type=int, help="stop after this many refreshes")
+        command.add_argument("--interval", type=positive(float), default=2.0,
+                             help="seconds between refreshes (default 2)")
+        command.add_argument("--count", type=positive(int),
+                             help="stop after this many refreshes")
     job = sub.add_parser("job", help="show one job with its steps")
-    job.add_argument("id", type=int)
+    job.add_argument("id", type=int, help="the job's id")
     for action in ("pause", "resume", "rerun", "discard"):
         command = sub.add_parser(action, help=f"{action} a job")
-        command.add_argument("id", type=int)
+        command.add_argument("id", type=int, help="the job's id")
     apply = sub.add_parser("apply", help="create, update or delete the resources of a YAML "
                                          "file (schedules, datasets, views, batch configs); "
                                          "--dry-run shows what "
@@ -87,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_materialize.add_parser(sub, _client_options)
     cli_batches.add_parser(sub, _client_options)
     cli_fence.add_parser(sub, _client_options)
+    global_options(parser)  # last: every command takes them, whoever added it
     return parser
 
 
@@ -100,26 +124,13 @@ def _ports(text: str) -> list[int]:
     return ports
 
 
-def _client_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--url", default=os.environ.get("JOBSERVER_URL"))
-    command.add_argument("--token", default=os.environ.get("JOBSERVER_TOKEN"))
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    setup_logging(args.log_level, args.log_format)
     try:
-        return _dispatch(args)
-    except ConfigError as exc:
-        print(f"jobserver: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE
-    except JobServerError as exc:
-        print(f"jobserver: {exc.message}", file=sys.stderr)
-        if exc.details:
-            print(json.dumps(exc.details, indent=2), file=sys.stderr)
-        return EXIT_API
-    except KeyboardInterrupt:
-        return 130
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or bad usage (already told in one line)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    setup_logging(args.log_level, args.log_format)
+    return run_reported(_dispatch, args)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -128,7 +139,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         if args.config:  # the API processes load the config again: the same file
             os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
-        return serve(load_config(args.config))
+        return serve(_config(args.config))
     if args.command == "cluster" and args.nodes is None:  # the status view
         if args.demo or args.node_ports:
             raise ConfigError("--demo and --node-ports start a local cluster: use them "
@@ -140,17 +151,17 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "cluster":
         if args.config:  # the nodes load the config too: the same file
             os.environ[CONFIG_ENV] = str(Path(args.config).resolve())
-        return _cluster(load_config(args.config), args.nodes, args.demo, args.node_ports)
+        return _cluster(_config(args.config), args.nodes, args.demo, args.node_ports)
     if args.command == "token":
-        return cli_tokens.run(args, load_config(args.config))
+        return cli_tokens.run(args, _config(args.config))
     if args.command == "fence-check":  # exit codes of its own: 1 is "stale"
         return cli_fence.run(args, lambda: _client(args))
     if args.command == "purge":
-        return cli_purge.run(args, load_config(args.config))
+        return cli_purge.run(args, _config(args.config))
     if args.command == "db":
         from jobserver.store import Store
 
-        Store(load_config(args.config).database_url).upgrade()
+        Store(_config(args.config).database_url).upgrade()
         print("database schema is up to date")
         return 0
     return _client_command(args)
@@ -167,24 +178,54 @@ def _cluster(config: Config, nodes: int, demo: bool, node_ports: list[int] | Non
     return LocalCluster(config, nodes, node_ports).run(demo)
 
 
+def _config(path: str | None) -> Config:
+    """The config; a file that cannot be read is a :class:`ConfigError` too."""
+    try:
+        return load_config(path)
+    except OSError as exc:
+        raise ConfigError(f"config file {exc.filename or path}: {exc.strerror or exc}") \
+            from None
+
+
 def _client(args: argparse.Namespace) -> Client:
-    from jobserver.client import Client
+    from jobserver.client import Client, token_problem, url_problem
 
     config = _client_config(args.config)
-    url = args.url or f"http://{config.api.bind if config else '127.0.0.1:8080'}"
-    token = args.token or (config.api.tokens[0] if config and config.api.tokens else None)
+    env_url = os.environ.get("JOBSERVER_URL")
+    url, source = ((args.url, "--url") if args.url else (env_url, "JOBSERVER_URL") if env_url
+                   else (f"http://{config.api.bind if config else '127.0.0.1:8080'}",
+                         "api.bind"))
+    problem = url_problem(url)
+    if problem:
+        raise ConfigError(f"{source} {url!r}: {problem}")
+    token = args.token or os.environ.get("JOBSERVER_TOKEN") or (
+        config.api.tokens[0] if config and config.api.tokens else None)
     if token is None:
-        data_dir = config.data_dir if config else Path(".jobserver")
-        token_file = data_dir / "api-token"
-        token = token_file.read_text().strip() if token_file.exists() else None
+        token = _token_file(config.data_dir if config else Path(".jobserver"))
+    if token is not None and token_problem(token):  # never echo a secret
+        raise ConfigError(f"--token: {token_problem(token)}")
     return Client(url, token)
 
 
 def _client_config(path: str | None) -> Config | None:
+    """The config given with --config (it must be valid), else the one the
+    environment names, if it is valid: a client needs none."""
+    if path:
+        return _config(path)
     try:
-        return load_config(path)
-    except ConfigError:
+        return load_config()
+    except (ConfigError, OSError):
         return None
+
+
+def _token_file(data_dir: Path) -> str | None:
+    """The token ``jobserver cluster`` wrote, if any."""
+    try:
+        return (data_dir / "api-token").read_text().strip() or None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{exc.filename}: {exc.strerror or exc}") from None
 
 
 def _client_command(args: argparse.Namespace) -> int:
@@ -202,18 +243,19 @@ def _client_command(args: argparse.Namespace) -> int:
     if args.command == "apply":
         from jobserver.apply import run
 
+        check_text(args.file)  # apply reads it again; a file it cannot read is bad usage
         return run(client, args.file, args.dry_run)
     if args.command == "submit":
-        spec = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-        _print(client.submit(spec, args.idempotency_key))
+        _print(client.submit(read_input(args.file), args.idempotency_key))
     elif args.command == "jobs" and (args.watch or args.count):
         from jobserver.cli_views import jobs_watch
 
         return jobs_watch(client, {"state": args.state, "name": args.name, "limit": args.limit},
                           args.interval, args.count)
     elif args.command == "jobs":
-        page = client.jobs(state=args.state, name=args.name, limit=args.limit)
-        print(_table(page["jobs"]))
+        from jobserver.cli_views import jobs_view
+
+        print(jobs_view(client.jobs(state=args.state, name=args.name, limit=args.limit)))
     elif args.command == "job":
         job = client.job(args.id)
         _print(job)
@@ -235,16 +277,6 @@ def waits_for(job: dict[str, Any]) -> str:
 
 def _print(body: Any) -> None:
     print(json.dumps(body, indent=2))
-
-
-def _table(jobs: list[dict[str, Any]]) -> str:
-    rows = [("ID", "NAME", "STATE", "PROGRESS", "ATTEMPT", "NODE", "CREATED")]
-    for job in jobs:
-        progress = f"{job['progress']['done']}/{job['progress']['total']}"
-        rows.append((str(job["id"]), job["name"][:30], job["state"], progress,
-                     str(job["attempt"]), job["node"] or "-", job["created_at"] or ""))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows)
 
 
 if __name__ == "__main__":

@@ -33,12 +33,14 @@ STATUSES = ("NOT_STARTED", "RUNNING", "SUCCESS", "FAILED")
 def add_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], None]) -> None:
     batch = sub.add_parser("batch", help="run batches; show the control table and the "
                                          "runtime audit (configs: apply kind BatchConfig)")
-    actions = batch.add_subparsers(dest="batch_action", required=True)
+    actions = batch.add_subparsers(dest="batch_action", required=True, metavar="ACTION",
+                                   help="run, status or audit")
     run = actions.add_parser("run", help="run a system's stage for its new business dates "
                                          "and wait (exit 0 success, 2 bad input, 3 failed)")
     _filters(run, required=True)
     run.add_argument("--stage", help="the stage (default: every stage of the system)")
-    run.add_argument("--context", action="append", default=[], metavar="NAME=VALUE")
+    run.add_argument("--context", action="append", default=[], metavar="NAME=VALUE",
+                     help="a context value of the run; repeat for more")
     run.add_argument("--business-date", type=_date, help="run this business date only")
     run.add_argument("--watermark", type=_date, help="the source's newest business date "
                                                      "(systems with watermark {given: true})")
@@ -48,19 +50,24 @@ def add_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], Non
     audit = actions.add_parser("audit", help="the runtime audit: batch, stage and job rows")
     for command in (status, audit):
         _filters(command, required=False)
-        command.add_argument("--from", dest="since", type=_date)
-        command.add_argument("--to", dest="until", type=_date)
-        command.add_argument("--limit", type=int, default=50)
-    status.add_argument("--status", choices=STATUSES)
-    audit.add_argument("--stage")
-    audit.add_argument("--work-unit", choices=("batch", "stage", "job"))
+        command.add_argument("--from", dest="since", type=_date, metavar="DATE",
+                             help="business dates from this one (YYYY-MM-DD)")
+        command.add_argument("--to", dest="until", type=_date, metavar="DATE",
+                             help="business dates up to this one (YYYY-MM-DD)")
+        command.add_argument("--limit", type=int, default=50,
+                             help="at most this many rows (default 50)")
+    status.add_argument("--status", choices=STATUSES, help="only batches with this status")
+    audit.add_argument("--stage", help="only this stage's rows")
+    audit.add_argument("--work-unit", choices=("batch", "stage", "job"),
+                       help="only rows of this kind")
     for command in (run, status, audit):
         client_options(command)
 
 
 def _filters(command: argparse.ArgumentParser, required: bool) -> None:
-    command.add_argument("--system", required=required)
-    command.add_argument("--location", required=required)
+    which = "the" if required else "only this"
+    command.add_argument("--system", required=required, help=f"{which} system")
+    command.add_argument("--location", required=required, help=f"{which} location")
 
 
 def _date(text: str) -> date:

@@ -30,10 +30,12 @@ def add_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], Non
     """Add ``datasets`` and ``partitions`` with their actions."""
     datasets = sub.add_parser("datasets", help="list, show and delete datasets (create "
                                                "them with apply)")
-    actions = datasets.add_subparsers(dest="datasets_action", required=True)
+    actions = datasets.add_subparsers(dest="datasets_action", required=True,
+                                      metavar="ACTION", help="what to do")
     listing = actions.add_parser("list", help="datasets by namespace and name")
-    listing.add_argument("--namespace")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--namespace", help="only datasets in this namespace")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many "
+                                                                "(default 100)")
     commands = [listing]
     for action, text in (("show", "one dataset as JSON, with its partition count"),
                          ("delete", "delete a dataset with all its partitions")):
@@ -48,24 +50,27 @@ def add_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], Non
 def _partitions_parser(sub: Any) -> list[argparse.ArgumentParser]:
     partitions = sub.add_parser("partitions", help="list, add and delete a dataset's "
                                                    "partitions")
-    actions = partitions.add_subparsers(dest="partitions_action", required=True)
+    actions = partitions.add_subparsers(dest="partitions_action", required=True,
+                                        metavar="ACTION", help="what to do")
     listing = actions.add_parser("list", help="partitions, newest first")
     listing.add_argument("--where", action="append", default=[], metavar="CONDITION",
                          help="e.g. 'date >= 2026-11-01', 'shop in (a, b)', "
                               "'meta.source = x'; repeat: all must hold")
     listing.add_argument("--oldest", action="store_true", help="oldest first")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=int, default=50, help="at most this many "
+                                                               "(default 50)")
     listing.add_argument("--json", action="store_true", help="the page as JSON")
     add = actions.add_parser("add", help="add one partition (--key, --location) or the "
                                          "partitions of a JSON file")
-    add.add_argument("--location")
+    add.add_argument("--location", help="where the partition's data is (with --key)")
     add.add_argument("--metadata", help="a JSON object")
     add.add_argument("--if-absent", action="store_true", help="skip keys that exist")
     delete = actions.add_parser("delete", help="remove partitions by key")
     delete.add_argument("--missing-ok", action="store_true", help="skip keys that do "
                                                                    "not exist")
     for command in (add, delete):
-        command.add_argument("--key", action="append", default=[], metavar="FIELD=VALUE")
+        command.add_argument("--key", action="append", default=[], metavar="FIELD=VALUE",
+                             help="one field of the partition's key; once per field")
         command.add_argument("--file", help="JSON: a partition (or key), a list of them, "
                                             "or - for stdin")
     commands = [listing, add, delete]
@@ -77,7 +82,8 @@ def _partitions_parser(sub: Any) -> list[argparse.ArgumentParser]:
 def _consumers_parser(sub: Any) -> list[argparse.ArgumentParser]:
     consumers = sub.add_parser("consumers", help="a dataset's consumers: their lag and "
                                                  "working sets (declare them with apply)")
-    actions = consumers.add_subparsers(dest="consumers_action", required=True)
+    actions = consumers.add_subparsers(dest="consumers_action", required=True,
+                                       metavar="ACTION", help="what to do")
     listing = actions.add_parser("list", help="the dataset's consumers with their lag "
                                               "and working-set counts")
     listing.add_argument("dataset", help="NAMESPACE/NAME, or NAME in 'default'")
@@ -88,7 +94,7 @@ def _consumers_parser(sub: Any) -> list[argparse.ArgumentParser]:
                          ("delete", "delete the consumer and its working set")):
         command = actions.add_parser(action, help=text)
         command.add_argument("dataset", help="NAMESPACE/NAME, or NAME in 'default'")
-        command.add_argument("consumer")
+        command.add_argument("consumer", help="the consumer's name")
         commands.append(command)
     return commands
 
@@ -141,9 +147,11 @@ def _partitions(args: argparse.Namespace, client: Client) -> int:
                                  limit=args.limit)
         print(json.dumps(page, indent=2) if args.json else partitions_view(page["partitions"]))
         return 0
+    # A file is read before anything is asked of the API: a bad one is bad usage.
+    from_file = _file_items(args.file) if args.file else None
     key = PartitionKey.of(client.resource("datasets", namespace, name)["key"])
     if action == "add":
-        items = _file_items(args.file) if args.file else [_one_partition(args, key)]
+        items = from_file or [_one_partition(args, key)]
         added, skipped = 0, 0
         for start in range(0, len(items), MAX_BATCH):
             reply = client.add_partitions(namespace, name, {
@@ -152,7 +160,7 @@ def _partitions(args: argparse.Namespace, client: Client) -> int:
         print(f"dataset {namespace}/{name}: {added} partition(s) added"
               + (f", {skipped} skipped (existing)" if skipped else ""))
         return 0
-    keys = _file_items(args.file) if args.file else [_key(args.key, key)]
+    keys = from_file or [_key(args.key, key)]
     reply = client.delete_partitions(namespace, name, {"keys": keys,
                                                        "missing_ok": args.missing_ok})
     missing = len(reply["missing"])

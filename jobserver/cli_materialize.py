@@ -29,18 +29,21 @@ def add_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], Non
                                                      "pattern addresses, with their "
                                                      "dependencies")
     materialize.add_argument("-m", "--mode", choices=[mode.value for mode in Mode],
-                             default=Mode.DEFAULT.value)
+                             default=Mode.DEFAULT.value,
+                             help=f"how to materialize (default {Mode.DEFAULT.value})")
     materialize.add_argument("--plan", action="store_true",
                              help="print each partition's action and why; run nothing")
     invalidate = sub.add_parser("invalidate", help="put view partitions back to receive: "
                                                    "the next materialize transforms them")
     views = sub.add_parser("views", help="view partitions and their states")
-    views.add_argument("-s", "--status", choices=[state.value for state in ViewState])
+    views.add_argument("-s", "--status", choices=[state.value for state in ViewState],
+                       help="only partitions in this state")
     views.add_argument("-o", "--overview", action="store_true",
                        help="only how many partitions are in each state")
     views.add_argument("-d", "--dependencies", action="store_true",
                        help="also the partitions they depend on, recursively")
-    views.add_argument("--limit", type=int, default=1000)
+    views.add_argument("--limit", type=int, default=1000,
+                       help="at most this many partitions (default 1000)")
     for command in (materialize, invalidate, views):
         command.add_argument("-v", "--viewUrlPath", "--view", dest="pattern",
                              required=command is not views,

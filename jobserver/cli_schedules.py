@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from jobserver.cli_views import table
+from jobserver.cli_views import clip, table
 from jobserver.client import Client
 from jobserver.exceptions import ConfigError
 from jobserver.schedules.records import SCHEDULE_JOB_STATES
@@ -24,13 +24,17 @@ def add_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], Non
     """Add ``schedules`` and its actions; ``client_options`` adds --url and --token."""
     schedules = sub.add_parser("schedules", help="list, show, enable, disable and delete "
                                                  "schedules (create them with apply)")
-    actions = schedules.add_subparsers(dest="schedules_action", required=True)
+    actions = schedules.add_subparsers(dest="schedules_action", required=True,
+                                       metavar="ACTION", help="what to do")
     listing = actions.add_parser("list", help="schedules by namespace and name")
-    listing.add_argument("--namespace")
+    listing.add_argument("--namespace", help="only schedules in this namespace")
     enabled = listing.add_mutually_exclusive_group()
-    enabled.add_argument("--enabled", dest="enabled", action="store_const", const=True)
-    enabled.add_argument("--disabled", dest="enabled", action="store_const", const=False)
-    listing.add_argument("--limit", type=int, default=100)
+    enabled.add_argument("--enabled", dest="enabled", action="store_const", const=True,
+                         help="only enabled schedules")
+    enabled.add_argument("--disabled", dest="enabled", action="store_const", const=False,
+                         help="only disabled schedules")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many "
+                                                                "(default 100)")
     commands = [listing]
     for action, text in (("show", "one schedule as JSON, with its pending schedule-job"),
                          ("enable", "enable: time triggers count from now"),
@@ -42,9 +46,11 @@ def add_parser(sub: Any, client_options: Callable[[argparse.ArgumentParser], Non
         command.add_argument("schedule", help="NAMESPACE/NAME, or NAME in 'default'")
         commands.append(command)
         if action in ("jobs", "evaluations"):
-            command.add_argument("--limit", type=int, default=20)
+            command.add_argument("--limit", type=int, default=20,
+                                 help="at most this many (default 20)")
         if action == "jobs":
-            command.add_argument("--state", choices=SCHEDULE_JOB_STATES)
+            command.add_argument("--state", choices=SCHEDULE_JOB_STATES,
+                                 help="only schedule-jobs in this state")
     for command in commands:
         client_options(command)
 
@@ -112,5 +118,4 @@ def evaluations_view(evaluations: list[dict[str, Any]]) -> str:
 
 
 def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())  # one line per row
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return clip(" ".join(text.split()), width)  # one line per row

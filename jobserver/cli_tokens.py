@@ -15,6 +15,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from jobserver.cli_views import table
 from jobserver.config import Config
 from jobserver.exceptions import ConfigError
 from jobserver.store.tokens import SCOPES, SHELL, SQL, TokenRecord, parse_scopes
@@ -26,7 +27,8 @@ _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 def add_parser(sub: Any) -> None:
     """Add ``token`` and its subcommands to the CLI's subparsers."""
     token = sub.add_parser("token", help="API tokens in the store (admin, on the server host)")
-    actions = token.add_subparsers(dest="token_action", required=True)
+    actions = token.add_subparsers(dest="token_action", required=True, metavar="ACTION",
+                                   help="create, list or revoke")
     create = actions.add_parser("create", help="create a token and print its secret once")
     create.add_argument("--name", required=True, help="who or what uses it (shown in logs)")
     create.add_argument("--scopes", required=True,
@@ -39,7 +41,7 @@ def add_parser(sub: Any) -> None:
     listing = actions.add_parser("list", help="id, name, scopes, expiry, revoked")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     revoke = actions.add_parser("revoke", help="revoke a token by id (effective at once)")
-    revoke.add_argument("id", type=int)
+    revoke.add_argument("id", type=int, help="the token's id (token list shows it)")
 
 
 def parse_duration(text: str) -> float:
@@ -107,6 +109,4 @@ def _table(tokens: list[TokenRecord]) -> str:
             expires += " (expired)"
         rows.append((str(token.id), token.name, ",".join(token.scopes), expires,
                      _time(token.revoked_at) or "-", _time(token.last_used_at) or "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-                     for row in rows)
+    return table(rows)

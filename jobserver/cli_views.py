@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TextIO
@@ -23,9 +24,48 @@ CLEAR = "\x1b[H\x1b[2J"
 
 
 def table(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-                     for row in rows)
+    """``rows`` (the first is the heading) in columns two spaces apart, aligned on a
+    terminal: a wide character (CJK, most emoji) takes two columns, a combining mark
+    none, and a control character is shown escaped so that it cannot break a row."""
+    cells = [[printable(cell) for cell in row] for row in rows]
+    widths = [max(width(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return "\n".join("  ".join(pad(cell, w) for cell, w in zip(row, widths)).rstrip()
+                     for row in cells)
+
+
+def width(text: str) -> int:
+    """The columns ``text`` takes on a terminal."""
+    return sum(_char_width(char) for char in text)
+
+
+def _char_width(char: str) -> int:
+    if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return 0  # combining marks, zero-width joiners and variation selectors
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def pad(text: str, columns: int) -> str:
+    """``text`` with spaces after it to fill ``columns``."""
+    return text + " " * max(0, columns - width(text))
+
+
+def clip(text: str, columns: int) -> str:
+    """``text`` cut to at most ``columns`` (ending in "…" when cut)."""
+    if width(text) <= columns:
+        return text
+    kept, used = [], 0
+    for char in text:
+        used += _char_width(char)
+        if used > columns - 1:
+            break
+        kept.append(char)
+    return "".join(kept) + "…"
+
+
+def printable(text: str) -> str:
+    """Control characters (a newline, an escape sequence) as Python escapes."""
+    return "".join(char.encode("unicode_escape").decode("ascii")
+                   if unicodedata.category(char) == "Cc" else char for char in text)
 
 
 def age(seconds: float | None) -> str:
@@ -66,7 +106,7 @@ def jobs_view(page: dict[str, Any]) -> str:
     rows = [("ID", "NAME", "STATE", "PROGRESS", "ATTEMPT", "NODE", "CREATED")]
     for job in page["jobs"]:
         progress = f"{job['progress']['done']}/{job['progress']['total']}"
-        rows.append((str(job["id"]), job["name"][:30], job["state"], progress,
+        rows.append((str(job["id"]), clip(job["name"], 30), job["state"], progress,
                      str(job["attempt"]), job["node"] or "-", job["created_at"] or ""))
     return table(rows)
 

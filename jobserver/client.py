@@ -1,16 +1,27 @@
-"""A small HTTP client for the CLI (standard library only)."""
+"""A small HTTP client for the CLI (standard library only).
+
+Every failure is a :class:`~jobserver.exceptions.JobServerError` with a one-line
+message: :class:`ApiError` when the API answered with an error, the base class when
+it could not be reached or did not answer like the API, and
+:class:`~jobserver.exceptions.ConfigError` for a URL or token that cannot be used
+(before anything is sent).
+"""
 
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from jobserver.exceptions import JobServerError
+from jobserver.exceptions import ConfigError, JobServerError
+
+#: What a bearer token can be on the wire: printable ASCII without spaces.
+_TOKEN = re.compile(r"^[\x21-\x7e]+$")
 
 
 class ApiError(JobServerError):
@@ -23,8 +34,34 @@ class ApiError(JobServerError):
         self.code = error.get("code", "error")
 
 
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the API's base URL, or None when it can."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # raises for a port that is not a number in range
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "expected http://HOST:PORT or https://HOST:PORT"
+    if any(char.isspace() or not char.isprintable() for char in url):
+        return "spaces or control characters in the URL"
+    if parts.query or parts.fragment or port == 0:
+        return "expected http://HOST:PORT[/PATH], without a query or a fragment"
+    return None
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be sent as a bearer token, or None when it can."""
+    return None if _TOKEN.match(token) else "expected printable ASCII without spaces"
+
+
 class Client:
     def __init__(self, url: str, token: str | None, timeout: float = 10.0) -> None:
+        problem = url_problem(url)
+        if problem:
+            raise ConfigError(f"API URL {url!r}: {problem}")
+        if token is not None and token_problem(token):
+            raise ConfigError(f"API token: {token_problem(token)}")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -44,18 +81,27 @@ class Client:
             request.add_header("Authorization", f"Bearer {self.token}")
         for name, value in (headers or {}).items():
             request.add_header(name, value)
+        return self._answer(request)
+
+    def _answer(self, request: urllib.request.Request) -> dict[str, Any]:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"{}")
+                raw = response.read()
         except urllib.error.HTTPError as exc:
             try:
                 payload = json.loads(exc.read() or b"{}")
-            except ValueError:
+            except (ValueError, OSError, http.client.HTTPException):
                 payload = {}
-            raise ApiError(exc.code, payload) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise JobServerError(f"cannot reach the API at {self.url}: {reason}") from None
+            raise ApiError(exc.code, payload if isinstance(payload, dict) else {}) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise JobServerError(f"cannot reach the API at {self.url}: "
+                                 f"{str(reason) or type(reason).__name__}") from None
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            raise JobServerError(f"the answer from {self.url} is not JSON: is it the "
+                                 "jobserver API?") from None
 
     def submit(self, spec: bytes, idempotency_key: str | None = None) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None

@@ -19,6 +19,7 @@ from werkzeug.exceptions import HTTPException
 from jobserver.config import Config, load_config
 from jobserver.api.auth import authenticate, authorize
 from jobserver.api.limits import SubmitLimiter
+from jobserver.api.requests import check_body, check_path
 from jobserver.exceptions import (AuthError, Conflict, FencedOff, Forbidden, InvalidRequest,
                                   JobServerError, LockError, MalformedRequest, NotFound,
                                   RateLimited, StoreError, StoreUnavailable)
@@ -127,6 +128,8 @@ def create_app(config: Config | None = None, store: Store | None = None,
         app.register_blueprint(module.blueprint)
     app.before_request(_start_timer)
     app.before_request(_authenticate)
+    app.before_request(check_path)
+    app.before_request(check_body)
     app.after_request(_count_request)
     app.after_request(_name_node)
     app.register_error_handler(JobServerError, _jobserver_error)
@@ -188,9 +191,34 @@ def _jobserver_error(exc: JobServerError) -> tuple[Response, int]:
 
 
 def _http_error(exc: HTTPException) -> tuple[Response, int]:
+    """Werkzeug's own errors (no route, a method a route does not take, a body over
+    the limit) in the API's format, with what the client can do about them."""
+    status = exc.code or 500
     code = (exc.name or "error").lower().replace(" ", "_")
-    details = {"field": "body"} if exc.code == 413 else None
-    return error_response(exc.code or 500, code, exc.description or exc.name, details)
+    message: str = exc.description or exc.name
+    details: dict[str, Any] | None = None
+    where = f"{request.method} {_clipped(request.path)}"
+    if status == 404 and request.url_rule is None:
+        message = f"no route matches {where} (see /api/v1/openapi.json)"
+    elif status == 405:
+        allowed = sorted(set(getattr(exc, "valid_methods", None) or ()) - {"HEAD", "OPTIONS"})
+        message = f"{where}: method not allowed; allowed: {', '.join(allowed)}"
+        details = {"allowed": allowed}
+    elif status == 413:
+        limit = request.max_content_length
+        setting = "api.max_body_bytes" if limit == api().config.api.max_body_bytes \
+            else "this route's limit"
+        message = f"request body is larger than {limit} bytes ({setting})"
+        details = {"field": "body"}
+    response = error_response(status, code, message, details)
+    for name, value in exc.get_headers():
+        if name.lower() != "content-type":  # Allow of a 405, for one
+            response[0].headers[name] = value
+    return response
+
+
+def _clipped(text: str, width: int = 200) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _unexpected_error(exc: Exception) -> tuple[Response, int]:

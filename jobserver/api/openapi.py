@@ -93,11 +93,11 @@ def json_response(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 _HEADER_TEXT = {"type": "string"}
 _ERROR_TEXT = {
-    400: "malformed request (the body is not JSON)",
+    400: "malformed request: the body is not JSON, or nests deeper than 100 levels",
     401: "missing, unknown, revoked or expired token",
     403: "the token lacks the route's scope (details name it), or the 'shell' or 'sql' "
          "scope for a job with shell or sql steps",
-    404: "no such job, schedule, dataset or partition",
+    404: "no such job, schedule, dataset or partition (or no route matches the path)",
     409: "conflict (illegal transition, idempotency key reuse, a schedule, dataset or "
          "partition that exists, a key change of a dataset with partitions)",
     413: "body larger than api.max_body_bytes", 422: "invalid request; details name the fields",

@@ -1,15 +1,24 @@
 """Reading requests the same way in every blueprint: query strings checked by a
 pydantic model (unknown parameters refused), JSON object bodies, empty bodies, and
 the id cursors of pages. Every failure is an :class:`InvalidRequest` (422) or
-:class:`MalformedRequest` (400) naming the field."""
+:class:`MalformedRequest` (400) naming the field.
+
+Two limits hold for every route, before it runs (:func:`check_body`): a body larger
+than ``api.max_body_bytes`` (or a route's own :func:`body_limit`) is a 413, and a JSON
+body nested deeper than :data:`MAX_JSON_DEPTH` a 400 saying so."""
 
 from __future__ import annotations
 
 import json
+import re
+from array import array
+from collections.abc import Callable
+from itertools import accumulate
 from typing import Any, TypeVar
 
-from flask import request
+from flask import current_app, request
 from pydantic import BaseModel, ValidationError
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from jobserver.exceptions import InvalidRequest, MalformedRequest
 from jobserver.spec import field_path
@@ -17,8 +26,62 @@ from jobserver.spec import field_path
 #: Ids are BIGINT; a larger cursor matches nothing.
 MAX_ID = 2**63 - 1
 ID_CURSOR = r"^[1-9][0-9]{0,18}$"
+#: How deep a JSON body may nest arrays and objects. Well below where the parsers give
+#: up (pydantic at 200 levels, Python's json at its recursion limit), so a deeper body
+#: is refused by name instead of as "not valid JSON" or an internal error.
+MAX_JSON_DEPTH = 100
+
+#: A JSON string; one never closed runs to the end (a parser stops there anyway), so
+#: that no quote is scanned twice: the scan stays linear on any input.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_SIGNS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 and -1 as signed bytes
 
 Query = TypeVar("Query", bound=BaseModel)
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+def body_limit(max_bytes: int) -> Callable[[View], View]:
+    """Let a route take bodies of up to ``max_bytes`` (never less than
+    ``api.max_body_bytes``); put it below the route decorator."""
+    def mark(view: View) -> View:
+        setattr(view, "max_body_bytes", max_bytes)
+        return view
+    return mark
+
+
+def check_path() -> None:
+    """Before every route: a path parameter holding NUL names nothing (and PostgreSQL
+    refuses it in text), so it is a 422 naming the parameter, not a store error."""
+    for name, value in (request.view_args or {}).items():
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidRequest(f"{name}: must not contain NUL characters",
+                                 [{"field": name, "message": "NUL character in the path"}])
+
+
+def check_body() -> None:
+    """Before every route: refuse a body over the route's limit (413, even when the
+    route would not read it) or a JSON body nested too deep (400). The body read here
+    is cached, so the route reads it again for free."""
+    view = current_app.view_functions.get(request.endpoint or "")
+    limit = max(current_app.config["MAX_CONTENT_LENGTH"] or 0,
+                getattr(view, "max_body_bytes", 0))
+    request.max_content_length = limit
+    if request.content_length is not None and request.content_length > limit:
+        raise RequestEntityTooLarge()
+    if request.is_json and json_depth(request.get_data()) > MAX_JSON_DEPTH:
+        raise MalformedRequest(f"request body is nested deeper than {MAX_JSON_DEPTH} levels",
+                               [{"field": "body", "message": "nested deeper than "
+                                                            f"{MAX_JSON_DEPTH} levels"}])
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply ``raw`` nests arrays and objects, counting the brackets outside
+    strings. Every step is a loop in C, linear in the body's size (a 1 MiB body of
+    nothing but brackets takes 0.1 s), and on a malformed body it counts at least as
+    deep as a parser gets before it fails."""
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    return max(accumulate(array("b", brackets.translate(_SIGNS))), default=0)
 
 
 def parse_query(model: type[Query], **extra: Any) -> Query:
@@ -47,11 +110,19 @@ def json_value() -> Any:
     if not request.is_json:
         raise InvalidRequest("Content-Type must be application/json",
                              [{"field": "Content-Type", "message": "expected application/json"}])
+    return parse_json(request.get_data(cache=False))
+
+
+def parse_json(raw: bytes) -> Any:
+    """``raw`` parsed, or :class:`MalformedRequest` naming what is wrong with it."""
     try:
-        return json.loads(request.get_data(cache=False))
+        return json.loads(raw)
     except ValueError:  # also bytes that are not UTF-8
         raise MalformedRequest("request body is not valid JSON",
                                [{"field": "body", "message": "malformed JSON"}]) from None
+    except RecursionError:  # check_body refuses these first; this is the backstop
+        raise MalformedRequest(f"request body is nested deeper than {MAX_JSON_DEPTH} levels",
+                               [{"field": "body", "message": "nested too deep"}]) from None
 
 
 def no_body(action: str) -> None:

@@ -20,8 +20,8 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobserver.api import api
-from jobserver.api.requests import (ID_CURSOR, id_cursor, json_object, named_as_url,
-                                    parse_query)
+from jobserver.api.requests import (ID_CURSOR, body_limit, id_cursor, json_object,
+                                    named_as_url, parse_query)
 from jobserver.datasets.catalog import CREATED, MAX_PAGE
 from jobserver.datasets.filters import MAX_CONDITIONS
 from jobserver.datasets.serialize import dataset_json, partition_json
@@ -117,9 +117,9 @@ def list_partitions(namespace: str, name: str) -> ResponseReturnValue:
 
 
 @blueprint.post(f"{DATASET}/partitions")
+@body_limit(MAX_BATCH_BODY_BYTES)
 def add_partitions(namespace: str, name: str) -> ResponseReturnValue:
     """One partition, or a batch ``{"partitions": [...], "if_absent": bool}``."""
-    request.max_content_length = max(api().config.api.max_body_bytes, MAX_BATCH_BODY_BYTES)
     body = json_object()
     if_absent = body.pop("if_absent", False)
     if not isinstance(if_absent, bool):

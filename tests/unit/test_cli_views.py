@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import io
+import unicodedata
 
 import pytest
 
 from jobserver.cli import _parser
-from jobserver.cli_views import age, cluster_view, jobs_view, watch
+from jobserver.cli_views import age, clip, cluster_view, jobs_view, table, watch
 from jobserver.client import ApiError
 from jobserver.exceptions import JobServerError
 
@@ -101,3 +102,35 @@ def test_parsing() -> None:
     assert parser.parse_args(["--log-format", "json", "serve"]).log_format == "json"
     with pytest.raises(SystemExit):
         parser.parse_args(["--log-format", "xml", "serve"])
+
+
+def columns(text: str) -> int:
+    """The terminal columns of ``text``, counted here independently of the CLI."""
+    return sum(0 if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Cf")
+               else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def test_wide_characters_keep_columns_aligned() -> None:
+    assert table([("NAME", "STATE"), ("日本", "READY"), ("🚀x", "RUNNING"),
+                  ("e\u0301", "ERROR")]).splitlines() == [
+        "NAME  STATE", "日本  READY", "🚀x   RUNNING", "e\u0301     ERROR"]
+
+
+def test_the_jobs_table_lines_up_whatever_the_names() -> None:
+    names = ["etl", "日次バッチ処理", "nightly 🚀 load", "café\u0301", "a\nb\x1b[31m",
+             "長い名前" * 10]
+    page = {"jobs": [{"id": i, "name": name, "state": "READY",
+                      "progress": {"done": 0, "total": 1}, "attempt": 1, "node": None,
+                      "created_at": "2026-11-29T10:00:00Z"} for i, name in enumerate(names)]}
+    lines = jobs_view(page).splitlines()
+    assert len(lines) == len(names) + 1  # a newline in a name does not make a row
+    state_at = columns(lines[0][:lines[0].index("STATE")])
+    for line in lines[1:]:
+        assert columns(line[:line.index("READY")]) == state_at, line
+        assert "\x1b" not in line
+    assert "\\n" in lines[5] and "\\x1b" in lines[5]
+
+
+def test_clipping_counts_columns() -> None:
+    assert clip("長い名前", 5) == "長い…" and columns(clip("長い名前", 5)) == 5
+    assert clip("abc", 3) == "abc" and clip("abcd", 3) == "ab…"

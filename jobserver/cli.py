@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
         command.add_argument("--interval", type=float, default=2.0, help="seconds (--watch)")
         command.add_argument("--count", type=int, help="stop after this many refreshes")
-    job = sub.add_parser("job", help="show one job with its steps")
+    job = sub.add_parser("job", help="show one job with its steps, why it is not running "
+                                     "(READY) and its audit trail")
     job.add_argument("id", type=int)
     for action in ("pause", "resume", "rerun", "discard"):
         command = sub.add_parser(action, help=f"{action} a job")
@@ -219,10 +220,13 @@ def _client_command(args: argparse.Namespace) -> int:
         page = client.jobs(state=args.state, name=args.name, limit=args.limit)
         print(_table(page["jobs"]))
     elif args.command == "job":
+        from jobserver.cli_job import job_story
+
         job = client.job(args.id)
         _print(job)
         if job.get("after"):
             print(waits_for(job))
+        print(job_story(job, client.job_events(args.id)["events"]))
     else:
         _print(client.operate(args.id, args.command))
     return 0

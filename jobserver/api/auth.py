@@ -25,6 +25,7 @@ from typing import Any
 
 from jobserver.config import Config
 from jobserver.exceptions import AuthError, Forbidden, RateLimited
+from jobserver.store.records import Actor
 from jobserver.store.tokens import ADMIN, ALL_SCOPES, OPERATE, READ, SHELL, SQL, SUBMIT
 
 ENDPOINT_SCOPES: dict[str, str] = {
@@ -97,6 +98,12 @@ class Principal:
 
     def describe(self) -> dict[str, Any]:
         return {"token": self.name, "token_id": self.id}
+
+    @property
+    def actor(self) -> Actor:
+        """The caller as recorded on the jobs it submits and the changes it asks for:
+        a stored token's name and id, or a config token's name (``config token #N``)."""
+        return Actor(self.name, self.id)
 
 
 ANONYMOUS = Principal("anonymous (api.auth=false)", ALL_SCOPES)

@@ -32,6 +32,7 @@ from jobserver.retrying import retry
 from jobserver.batches.tracker import BatchTracker
 from jobserver.planner import PlannerSeat
 from jobserver.runner import Runner
+from jobserver.stuck import StuckJobs
 from jobserver.datasets.feed import NewPartitions
 from jobserver.schedules.evaluator import ScheduleEvaluator
 from jobserver.views.listeners import ViewListeners
@@ -142,6 +143,7 @@ class Node:
         self.view_listeners, self.views = self._view_tracker()
         self.batches = BatchTracker(self.store, self.seat, self._policy(),
                                     stopping=self.ctx.stopping)
+        self.stuck = StuckJobs(self.store, self.seat, config, self.metrics.stuck)
         self._presence: Lease | None = None
         self._heartbeat = Periodic("heartbeat", config.server.heartbeat_interval,
                                    self.heartbeat)
@@ -230,6 +232,7 @@ class Node:
             self.view_listeners.start()
             self.views.start()
         self.batches.start()
+        self.stuck.start()
         self.supervisor.watch(*self.loops())
         log.info("node %s started in %s mode with %s lock backend", self.id,
                  self.config.scheduler.mode.value, self.config.lock.backend)
@@ -254,7 +257,7 @@ class Node:
     def loops(self) -> list[Loop]:
         """Every background loop of this node and of its parts."""
         wake = [self._listener] if self._listener is not None else []
-        planners: list[Loop] = [self.batches]
+        planners: list[Loop] = [self.batches, self.stuck]
         planners += [loop for loop in (self.schedules, self.views) if loop is not None]
         view_listeners = self.view_listeners.loops() if self.view_listeners else []
         return [self._heartbeat, self._scheduling, *wake, *planners, *self.runner.loops(),
@@ -385,7 +388,7 @@ class Node:
         # A thread waiting on an unreachable lock service would hold the stop up.
         self.locks.abort_waits()
         for loop in (self._heartbeat, self._scheduling, self.schedules, self.views,
-                     self.batches):
+                     self.batches, self.stuck):
             if loop is not None:
                 loop.stop()
                 loop.join(5)

@@ -1,6 +1,6 @@
 """Why is my job not running: ``not_running`` of a READY job through the API, for each
-reason a claim has, on SQLite and PostgreSQL; and the count of jobs READY too long by
-reason."""
+reason a claim has, on SQLite and PostgreSQL; and ``jobserver_jobs_stuck`` counting
+jobs READY too long, in the store and on a real node."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from jobserver.config import load_config
 from jobserver.states import State
 from jobserver.store import Store
 from jobserver.store.not_running import STUCK_CODES
-from tests.helpers import FakeLease, job_spec, wait_for
+from tests.helpers import FakeLease, free_port, job_spec, wait_for
+from tests.integration.nodes import TOKEN, Api, Harness
+from tests.integration.scrape import scrape, value
 
-TOKEN = "why-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FAR = "9999-12-31T00:00:00Z"
 
@@ -152,3 +153,34 @@ def test_stuck_jobs_are_counted_by_reason_past_the_threshold(make_client: Client
     counts = store.jobs.stuck("single", 10.0, older_than=0)
     assert counts["no_scheduler"] == 1 and counts["no_live_node"] == 2
 
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_node_reports_jobs_stuck_past_scheduler_stuck_after(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    try:
+        port = free_port()
+        proc = harness.start_node("node-1", port, tmp_path / "data",
+                                  JOBSERVER_SCHEDULER__STUCK_AFTER="1")
+        api = Api(f"http://127.0.0.1:{port}", TOKEN)
+        harness.wait_nodes_ready(api, [proc], port)
+        base = api.base_url
+        assert value(scrape(base, TOKEN), "jobserver_jobs_stuck", reason="no_live_node") == 0
+        stuck = api.submit(job_spec(name="nowhere", assigned_servers=["node-99"]))
+        runs = api.submit(job_spec(name="runs"))
+        api.wait_job(runs)
+
+        def reported() -> dict[str, float] | None:
+            samples = scrape(base, TOKEN)
+            found = {code: value(samples, "jobserver_jobs_stuck", reason=code)
+                     for code in STUCK_CODES}
+            return found if found["no_live_node"] else None
+
+        found = wait_for(reported, 20, 0.2, "jobserver_jobs_stuck{reason=no_live_node}")
+        assert found == {**dict.fromkeys(STUCK_CODES, 0.0), "no_live_node": 1.0}
+        assert api.job(stuck)["not_running"]["code"] == "no_live_node"
+        api.call("POST", f"/api/v1/jobs/{stuck}/discard")
+        wait_for(lambda: value(scrape(base, TOKEN), "jobserver_jobs_stuck",
+                               reason="no_live_node") == 0, 20, 0.2, "the count to drop")
+    finally:
+        harness.cleanup()

@@ -89,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
                              help="seconds between refreshes (default 2)")
         command.add_argument("--count", type=positive(int),
                              help="stop after this many refreshes")
-    job = sub.add_parser("job", help="show one job with its steps")
+    job = sub.add_parser("job", help="show one job with its steps, why it is not running "
+                                     "(READY) and its audit trail")
     job.add_argument("id", type=int, help="the job's id")
     for action in ("pause", "resume", "rerun", "discard"):
         command = sub.add_parser(action, help=f"{action} a job")
@@ -257,10 +258,13 @@ def _client_command(args: argparse.Namespace) -> int:
 
         print(jobs_view(client.jobs(state=args.state, name=args.name, limit=args.limit)))
     elif args.command == "job":
+        from jobserver.cli_job import job_story
+
         job = client.job(args.id)
         _print(job)
         if job.get("after"):
             print(waits_for(job))
+        print(job_story(job, client.job_events(args.id)["events"]))
     else:
         _print(client.operate(args.id, args.command))
     return 0

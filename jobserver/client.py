@@ -110,6 +110,9 @@ class Client:
     def job(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/jobs/{job_id}")
 
+    def job_events(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/jobs/{job_id}/events")
+
     def jobs(self, **query: Any) -> dict[str, Any]:
         return self.request("GET", "/api/v1/jobs", query=query)
 

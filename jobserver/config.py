@@ -57,6 +57,9 @@ class SchedulerConfig(_Section):
     poll_interval: float = Field(default=1.0, gt=0, le=300)
     max_concurrent_jobs: int = Field(default=10, ge=1, le=1000)
     claim_batch: int = Field(default=32, ge=1, le=1000)
+    # A job READY longer than this, for a reason other than waiting for a free slot,
+    # counts in jobserver_jobs_stuck (and fires the JobserverJobsBlocked alert).
+    stuck_after: float = Field(default=600.0, gt=0, le=7 * 86400)
     # Wake idle schedulers at once: on PostgreSQL submits NOTIFY and schedulers LISTEN
     # (turn off behind a transaction-pooling proxy); on SQLite schedulers watch the file
     # for others' commits every 10 ms. Polling remains either way.

@@ -117,6 +117,11 @@ class NodeMetrics:
                              registry=registry, multiprocess_mode="livesum")
         self.locks_held = Gauge("jobserver_locks_held", "Locks this node holds",
                                 registry=registry, multiprocess_mode="livesum")
+        # Set by the node that plans (jobserver.stuck); 0 on the others.
+        self.stuck = Gauge("jobserver_jobs_stuck",
+                           "Jobs READY longer than scheduler.stuck_after, by why no node "
+                           "runs them (waiting for a free slot is not counted)", ("reason",),
+                           registry=registry, multiprocess_mode="livemax")
         self.active = Gauge("jobserver_scheduler_active",
                             "1 while this node is the active scheduler (or leader)",
                             registry=registry, multiprocess_mode="livemax")
@@ -154,6 +159,10 @@ class NodeMetrics:
             self.schedules.skipped.labels(reason)
         for reason in ABORT_REASONS:
             self.schedules.aborted.labels(reason)
+        from jobserver.store.not_running import STUCK_CODES
+
+        for reason in STUCK_CODES:
+            self.stuck.labels(reason).set(0)
 
     def on_event(self, event: StateChange | NodeEvent) -> None:
         if isinstance(event, NodeEvent):

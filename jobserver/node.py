@@ -33,6 +33,7 @@ from jobserver.batches.tracker import BatchTracker
 from jobserver.planner import PlannerSeat
 from jobserver.retention import RetentionLoop
 from jobserver.runner import Runner
+from jobserver.stuck import StuckJobs
 from jobserver.datasets.feed import NewPartitions
 from jobserver.schedules.evaluator import ScheduleEvaluator
 from jobserver.views.listeners import ViewListeners
@@ -129,6 +130,7 @@ class Node:
         self.batches = BatchTracker(self.store, self.seat, self._policy(),
                                     stopping=self.ctx.stopping)
         self.retention = self._retention()
+        self.stuck = StuckJobs(self.store, self.seat, config, self.metrics.stuck)
         self._presence: Lease | None = None
         self._heartbeat = Periodic("heartbeat", config.server.heartbeat_interval,
                                    self.heartbeat)
@@ -227,6 +229,7 @@ class Node:
         self.batches.start()
         if self.retention is not None:
             self.retention.start()
+        self.stuck.start()
         self.supervisor.watch(*self.loops())
         log.info("node %s started in %s mode with %s lock backend", self.id,
                  self.config.scheduler.mode.value, self.config.lock.backend)
@@ -252,7 +255,7 @@ class Node:
     def loops(self) -> list[Loop]:
         """Every background loop of this node and of its parts."""
         wake = [self._listener] if self._listener is not None else []
-        planners: list[Loop] = [self.batches]
+        planners: list[Loop] = [self.batches, self.stuck]
         planners += [loop for loop in (self.schedules, self.views, self.retention)
                      if loop is not None]
         view_listeners = self.view_listeners.loops() if self.view_listeners else []
@@ -380,7 +383,7 @@ class Node:
         # A thread waiting on an unreachable lock service would hold the stop up.
         self.locks.abort_waits()
         for loop in (self._heartbeat, self._scheduling, self.schedules, self.views,
-                     self.batches, self.retention):
+                     self.batches, self.retention, self.stuck):
             if loop is not None:
                 loop.stop()
                 loop.join(5)

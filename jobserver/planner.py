@@ -60,6 +60,14 @@ class PlannerSeat:
         self._own = lease
         return lease
 
+    def held(self) -> bool:
+        """Whether this node plans now, without taking anything: for a read-only
+        chore that one node should do (``jobserver.stuck``)."""
+        if self._scheduler.mode is not SchedulerMode.DISTRIBUTED:
+            return self._scheduler.planner_lease() is not None
+        own = self._own
+        return own is not None and own.is_valid()
+
     def release(self) -> None:
         """Let go of the planner lock, if this seat holds it."""
         with self._taking:

@@ -24,6 +24,7 @@ from jobserver.config import Config
 from jobserver.exceptions import AuthError, Forbidden
 from jobserver.store.tokens import (ADMIN, ALL_SCOPES, FENCE, OPERATE, READ, SHELL, SQL,
                                     SUBMIT, grants)
+from jobserver.store.records import Actor
 
 ENDPOINT_SCOPES: dict[str, str] = {
     "jobs.submit": SUBMIT,
@@ -99,6 +100,12 @@ class Principal:
 
     def describe(self) -> dict[str, Any]:
         return {"token": self.name, "token_id": self.id}
+
+    @property
+    def actor(self) -> Actor:
+        """The caller as recorded on the jobs it submits and the changes it asks for:
+        a stored token's name and id, or a config token's name (``config token #N``)."""
+        return Actor(self.name, self.id)
 
 
 ANONYMOUS = Principal("anonymous (api.auth=false)", ALL_SCOPES)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobserver.api import api
 from jobserver.api.auth import check_step_types
-from jobserver.api.serialize import event_json, job_json
+from jobserver.api.serialize import event_json, job_json, not_running_json
 from jobserver.exceptions import InvalidRequest
 from jobserver.spec import field_path, parse_job, validate_job
 from jobserver.states import Operation, State
@@ -62,7 +62,7 @@ def submit() -> ResponseReturnValue:
     # without a key there is nothing to compare it with.
     digest = None if key is None else hashlib.sha256(
         json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
-    job, created = ctx.store.jobs.submit(spec, dependencies, key, digest)
+    job, created = ctx.store.jobs.submit(spec, dependencies, key, digest, g.principal.actor)
     headers = {"Location": f"/api/v1/jobs/{job.id}"}
     if created:
         ctx.metrics.submitted.inc()
@@ -88,7 +88,13 @@ def list_jobs() -> ResponseReturnValue:
 
 @blueprint.get(JOB)
 def get_job(job_id: int) -> ResponseReturnValue:
-    return job_json(api().store.jobs.get(job_id))
+    ctx = api()
+    job = ctx.store.jobs.get(job_id)
+    body = job_json(job)
+    if job.state is State.READY:  # read on request: a few short reads, one job
+        body["not_running"] = not_running_json(ctx.store.jobs.not_running(
+            job, ctx.config.scheduler.mode.value, ctx.config.server.dead_after))
+    return body
 
 
 @blueprint.get(f"{JOB}/events")
@@ -104,4 +110,4 @@ def operate(job_id: int, action: str) -> ResponseReturnValue:
     if body.strip() not in (b"", b"{}"):
         raise InvalidRequest(f"{action} takes no request body",
                              [{"field": "body", "message": "must be empty or {}"}])
-    return job_json(api().store.jobs.apply(job_id, Operation(action)))
+    return job_json(api().store.jobs.apply(job_id, Operation(action), g.principal.actor))

@@ -16,6 +16,7 @@ from pydantic.json_schema import models_json_schema
 from jobserver import __version__
 from jobserver.spec import JobSpec
 from jobserver.states import State
+from jobserver.store.not_running import CODES as NOT_RUNNING_CODES
 
 blueprint = Blueprint("openapi", __name__, url_prefix="/api/v1")
 
@@ -47,6 +48,14 @@ STEP = exact({
     "wall_seconds": {"type": ["number", "null"]}, "cpu_seconds": {"type": ["number", "null"]},
     "peak_rss_kb": {"type": ["integer", "null"]}, "metrics": {"type": ["object", "null"]}})
 
+#: Who asked (a token, a planner, "system"): null where nobody is recorded.
+ACTOR = {"oneOf": [{"type": "null"}, exact({
+    "name": {"type": "string"}, "token_id": {"type": ["integer", "null"]}})]}
+
+NOT_RUNNING = exact({
+    "code": {"enum": list(NOT_RUNNING_CODES)}, "reason": {"type": "string"},
+    "details": {"type": "object"}})
+
 JOB = exact({
     "id": {"type": "integer"}, "name": {"type": "string"}, "state": {"enum": STATES},
     "priority": {"type": "integer"}, "lock_key": _nullable_str,
@@ -58,17 +67,20 @@ JOB = exact({
     "progress": exact({"done": {"type": "integer"}, "total": {"type": "integer"}}),
     "inputs": {"type": "array", "items": {"type": "object"}},
     "waiting_on": {"type": "integer", "minimum": 0},
+    "submitted_by": ACTOR,
+    # GET of one READY job: why no node runs it now.
+    "not_running": NOT_RUNNING,
     "after": {"type": "array", "items": exact({
         "job": {"type": "integer"}, "when": {"enum": ["done", "succeeded"]},
         "state": {"enum": STATES}, "met": {"type": "boolean"}})},
     "steps": {"type": "array", "items": ref("Step")}},
-    optional=("steps", "after"))  # lists leave the steps and upstreams out
+    optional=("steps", "after", "not_running"))  # lists leave these out
 
 EVENT = exact({
     "id": {"type": "integer"}, "step": _nullable_str, "from_state": _nullable_str,
     "to_state": {"type": "string"}, "node": _nullable_str,
     "fence": {"type": ["integer", "null"]}, "attempt": {"type": ["integer", "null"]},
-    "message": _nullable_str, "at": _time})
+    "message": _nullable_str, "at": _time, "actor": ACTOR})
 
 NODE = exact({
     "id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
@@ -220,7 +232,8 @@ def _paths() -> dict[str, Any]:
                         "next_cursor": _nullable_str}), "a page of jobs"),
                         **errors(422)}}},
         "/api/v1/jobs/{job_id}": {"get": {
-            "summary": "A job with its steps (scope: read)", "operationId": "get_job",
+            "summary": "A job with its steps; a READY one with why it is not running "
+                       "(not_running) (scope: read)", "operationId": "get_job",
             "parameters": [_job_id()],
             "responses": {"200": _job_response("the job"), **errors(404)}}},
         "/api/v1/jobs/{job_id}/events": {"get": {

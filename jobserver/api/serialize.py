@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from jobserver.store.records import EventRecord, JobRecord, ServerRecord, StepRecord
+from jobserver.store.not_running import NotRunning
+from jobserver.store.records import (EventRecord, JobRecord, ServerRecord, StepRecord,
+                                     actor_of)
 
 
 def time_text(value: datetime | None) -> str | None:
@@ -41,6 +43,7 @@ def job_json(job: JobRecord) -> dict[str, Any]:
         "progress": {"done": job.steps_done, "total": job.steps_total},
         "inputs": job.inputs or [],
         "waiting_on": job.waiting_on,
+        "submitted_by": actor_json(job.submitted_by, job.submitted_by_token_id),
     }
     if job.after is not None:
         body["after"] = [{"job": up.job, "when": up.when, "state": up.state.value,
@@ -50,10 +53,23 @@ def job_json(job: JobRecord) -> dict[str, Any]:
     return body
 
 
+def not_running_json(reason: NotRunning) -> dict[str, Any]:
+    """Why a READY job is not running now: ``{"code", "reason", "details"}``."""
+    return {"code": reason.code, "reason": reason.reason, "details": reason.details}
+
+
+def actor_json(name: str | None, token_id: int | None) -> dict[str, Any] | None:
+    """``{"name", "token_id"}`` of whoever asked (``token_id`` null for a config token,
+    a planner or the system); null where nobody is recorded."""
+    actor = actor_of(name, token_id)
+    return None if actor is None else {"name": actor.name, "token_id": actor.token_id}
+
+
 def event_json(event: EventRecord) -> dict[str, Any]:
     return {"id": event.id, "step": event.step, "from_state": event.from_state,
             "to_state": event.to_state, "node": event.node, "fence": event.fence,
-            "attempt": event.attempt, "message": event.message, "at": _time(event.at)}
+            "attempt": event.attempt, "message": event.message, "at": _time(event.at),
+            "actor": actor_json(event.actor, event.actor_token_id)}
 
 
 def server_json(server: ServerRecord, alive: bool, role: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from jobserver.spec import Policy, StrictModel, refuse, validate_job
 from jobserver.states import Operation
 from jobserver.store import Store
 from jobserver.store.jobs import KeyedSubmit
+from jobserver.store.records import Actor
 
 log = logging.getLogger(__name__)
 
@@ -238,16 +239,18 @@ def launch(store: Store, conn: Connection, config: BatchConfig | None, run: RunR
         return f"{item.stage} of {item.business_date} cannot start: {exc.message}"
     if not store.batches.claim_stage(conn, stage, run.id):
         return None  # another run or node moved it: the next round sees where it is
+    actor = Actor(f"batch {run.system}/{run.location}")
     if (stage.status is Status.FAILED and stage.job_id is not None
             and config.resume_from_failure(run.system, item.stage)):
         try:  # the engine's resume: succeeded steps are skipped
-            store.jobs.apply_in(conn, stage.job_id, Operation.RESUME)
+            store.jobs.apply_in(conn, stage.job_id, Operation.RESUME, actor)
             return None
         except IllegalTransition:
             pass  # the job is no longer resumable: start the stage over
     key = launch_key(run.system, run.location, run.context, item.business_date, item.stage,
                      stage.runs + 1)
-    job_ids = store.jobs.submit_keyed([KeyedSubmit(spec, dependencies, key, None)], conn=conn)
+    job_ids = store.jobs.submit_keyed([KeyedSubmit(spec, dependencies, key, None, actor)],
+                                      conn=conn)
     store.batches.set_stage_job(conn, item.batch_id, item.stage, job_ids[key])
     log.info("batch %s/%s %s: stage %s launched as job %s (run %s)", run.system, run.location,
              item.business_date, item.stage, job_ids[key], run.id)

@@ -31,6 +31,7 @@ from jobserver.schedules.records import ABORTED, LAUNCHED, PENDING_LAUNCH
 from jobserver.schedules.store import Draft, Due, EvaluatorStore, Evaluation, Launch
 from jobserver.spec import JobSpec, Policy, validate_job
 from jobserver.store.jobs import JobRepository, KeyedSubmit, discard_waiting
+from jobserver.store.records import Actor
 
 #: A schedule generation's job: the spec, its steps' dependencies and its digest, or
 #: why the node refuses the template.
@@ -154,7 +155,8 @@ class Launcher:
             start = max(launch.fire_time, job.not_before or launch.fire_time)
             job = job.model_copy(update={"not_before": start})
             digest = hashlib.sha256(f"{digest}/{start.isoformat()}".encode()).hexdigest()
-        return KeyedSubmit(job, dependencies, launch.launch_key, digest)
+        return KeyedSubmit(job, dependencies, launch.launch_key, digest,
+                           Actor(f"schedule {launch.qualified}"))
 
     def _generation(self, launch: Launch) -> Built:
         """The job of the launch's schedule generation: its template with the

@@ -77,8 +77,10 @@ def insert_linked(conn: Connection, new: Sequence[NewJob],
         conn.execute(insert(job_dependencies), [
             {"job_id": job_id, "upstream_id": item.job, "awaits": item.when}
             for job, _link, job_id in created for item in job.after])
-        record_events(conn, [AuditEvent(job_id, None, State.READY, message="submitted")
-                             for _job, _link, job_id in created])
+        record_events(conn, [AuditEvent(job_id, None, State.READY, message="submitted",
+                                        actor=job.values.get("submitted_by"),
+                                        actor_token_id=job.values.get("submitted_by_token_id"))
+                             for job, _link, job_id in created])
         _fail(conn, [(job_id, link.failed) for _job, link, job_id in created if link.failed])
     return ids
 

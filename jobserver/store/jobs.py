@@ -14,8 +14,9 @@ from jobserver.states import Operation, State
 from jobserver.store import WAKE_CHANNEL, Transactions, pgsubmit
 from jobserver.store.dependencies import NewJob, insert_linked, recount, upstreams_of
 from jobserver.store.engine import store_now
-from jobserver.store.records import EventRecord, JobRecord, StepRecord
 from jobserver.store.logs import forget as forget_logs
+from jobserver.store.not_running import NotRunning, count_stuck, explain
+from jobserver.store.records import SYSTEM, Actor, EventRecord, JobRecord, StepRecord
 from jobserver.store.tables import AuditEvent, events, jobs, record_events, steps
 
 MAX_PAGE = 500
@@ -23,12 +24,13 @@ MAX_PAGE = 500
 
 class KeyedSubmit(NamedTuple):
     """One job of :meth:`JobRepository.submit_keyed`: its spec, its steps' resolved
-    dependencies, its idempotency key and its request's digest."""
+    dependencies, its idempotency key, its request's digest and who launches it."""
 
     spec: JobSpec
     dependencies: list[list[str]]
     key: str
     digest: str | None
+    actor: Actor = SYSTEM
 
 
 class JobRepository:
@@ -37,31 +39,30 @@ class JobRepository:
 
     # -- submit ---------------------------------------------------------------------
     def submit(self, spec: JobSpec, dependencies: list[list[str]],
-               idempotency_key: str | None = None,
-               request_hash: str | None = None) -> tuple[JobRecord, bool]:
-        """Insert a READY job; return ``(job, created)``.
+               idempotency_key: str | None = None, request_hash: str | None = None,
+               actor: Actor = SYSTEM) -> tuple[JobRecord, bool]:
+        """Insert a READY job submitted by ``actor``; return ``(job, created)``.
 
         A repeated ``idempotency_key`` returns the first job (``created`` False); the
         same key with a different request is a :class:`Conflict`.
         """
+        values, step_rows = _insert_values(spec, dependencies, idempotency_key, request_hash,
+                                           actor)
         try:
             if self._tx.dialect == "postgresql" and not spec.after:
-                return self._submit_in_one_statement(spec, dependencies, idempotency_key,
+                return self._submit_in_one_statement(values, step_rows, idempotency_key,
                                                      request_hash)
             with self._tx.write() as conn:
                 existing = self._by_idempotency_key(conn, idempotency_key, request_hash)
                 if existing is not None:
                     return self._get(conn, existing), False
                 if spec.after:
-                    values, step_rows = _insert_values(spec, dependencies, idempotency_key,
-                                                       request_hash)
                     [job_id] = insert_linked(conn, [NewJob(values, step_rows, spec.after,
                                                            "after")])
                     assert job_id is not None  # no conflicts skipped: a taken key raises
                     job = self._get(conn, job_id)
                 else:
-                    job = self._insert(conn, spec, dependencies, idempotency_key,
-                                       request_hash)
+                    job = self._insert(conn, values, step_rows)
                 self._tx.notify(conn)
                 return job, True
         except ConstraintViolation:
@@ -74,7 +75,8 @@ class JobRepository:
                     raise
                 return self._get(conn, existing), False
 
-    def _submit_in_one_statement(self, spec: JobSpec, dependencies: list[list[str]],
+    def _submit_in_one_statement(self, values: dict[str, Any],
+                                 step_rows: builtins.list[dict[str, Any]],
                                  idempotency_key: str | None,
                                  request_hash: str | None) -> tuple[JobRecord, bool]:
         """PostgreSQL: see :mod:`jobserver.store.pgsubmit`. A repeated key is found
@@ -84,7 +86,6 @@ class JobRepository:
                 existing = self._by_idempotency_key(conn, idempotency_key, request_hash)
                 if existing is not None:
                     return self._get(conn, existing), False
-        values, step_rows = _insert_values(spec, dependencies, idempotency_key, request_hash)
         channel = WAKE_CHANNEL if self._tx.notifies else None
         with self._tx.statement() as conn:
             return pgsubmit.submit(conn, values, step_rows, channel), True
@@ -128,7 +129,8 @@ class JobRepository:
         new = list({item.key: (index, item) for index, item in linked
                     if item.key not in found}.values())
         if new:
-            built = [(_insert_values(item.spec, item.dependencies, item.key, item.digest),
+            built = [(_insert_values(item.spec, item.dependencies, item.key, item.digest,
+                                     item.actor),
                       item, index) for index, item in new]
             ids = insert_linked(conn, [NewJob(values, step_rows, item.spec.after,
                                               f"items[{index}].after")
@@ -150,7 +152,7 @@ class JobRepository:
         rows = []
         for item in items:
             values, step_rows = _insert_values(item.spec, item.dependencies, item.key,
-                                               item.digest)
+                                               item.digest, item.actor)
             rows.append(dict(values, steps=step_rows))
         channel = WAKE_CHANNEL if self._tx.notifies else None
         created = pgsubmit.submit_keyed(conn, rows, channel)
@@ -170,8 +172,8 @@ class JobRepository:
                                                       [item.key for item in items]))).all())
         new = list({item.key: item for item in items if item.key not in found}.values())
         if new:
-            built = [_insert_values(item.spec, item.dependencies, item.key, item.digest)
-                     for item in new]
+            built = [_insert_values(item.spec, item.dependencies, item.key, item.digest,
+                                    item.actor) for item in new]
             ids = conn.execute(insert(jobs).values(created_at=store_now(),
                                                    updated_at=store_now())
                                .returning(jobs.c.id, sort_by_parameter_order=True),
@@ -181,8 +183,9 @@ class JobRepository:
                                               attempt=0)
                                          for job_id, (_values, step_rows) in zip(ids, built)
                                          for row in step_rows])
-            record_events(conn, [AuditEvent(job_id, None, State.READY, message="submitted")
-                                 for job_id in ids])
+            record_events(conn, [AuditEvent.by(item.actor, job_id, None, State.READY,
+                                               message="submitted")
+                                 for item, job_id in zip(new, ids)])
             found.update((item.key, int(job_id)) for item, job_id in zip(new, ids))
         return {item.key: found[item.key] for item in items}
 
@@ -201,12 +204,11 @@ class JobRepository:
         return row.id
 
     @staticmethod
-    def _insert(conn: Connection, spec: JobSpec, dependencies: list[list[str]],
-                idempotency_key: str | None, request_hash: str | None) -> JobRecord:
-        """Insert the job, its steps and its first audit row; the rows come back from
-        the inserts themselves (no reads: every round trip here delays the commit
-        that wakes the schedulers)."""
-        values, step_rows = _insert_values(spec, dependencies, idempotency_key, request_hash)
+    def _insert(conn: Connection, values: dict[str, Any],
+                step_rows: builtins.list[dict[str, Any]]) -> JobRecord:
+        """Insert the job (``values``: see :func:`_insert_values`), its steps and its
+        first audit row; the rows come back from the inserts themselves (no reads:
+        every round trip here delays the commit that wakes the schedulers)."""
         job_row = conn.execute(insert(jobs).values(
             **values, state=State.READY.value, fence=0, attempt=0,
             created_at=store_now(), updated_at=store_now()).returning(*jobs.c)).one()
@@ -214,7 +216,9 @@ class JobRepository:
                 for row in step_rows]
         inserted = conn.execute(insert(steps).returning(*steps.c, sort_by_parameter_order=True),
                                 rows).all()
-        record_events(conn, [AuditEvent(job_row.id, None, State.READY, message="submitted")])
+        record_events(conn, [AuditEvent(job_row.id, None, State.READY, message="submitted",
+                                        actor=job_row.submitted_by,
+                                        actor_token_id=job_row.submitted_by_token_id)])
         records = [StepRecord.from_row(row._mapping) for row in inserted]
         return JobRecord.from_row(job_row._mapping, steps=records, steps_total=len(records),
                                   after=[])
@@ -272,22 +276,37 @@ class JobRepository:
                                 .order_by(events.c.id)).mappings().all()
         return [EventRecord.from_row(row) for row in rows]
 
+    def not_running(self, job: JobRecord, mode: str, dead_after: float) -> NotRunning:
+        """Why ``job`` (READY, as :meth:`get` read it) is not running now, in scheduler
+        ``mode`` with nodes dead after ``dead_after`` seconds without a heartbeat (see
+        :mod:`jobserver.store.not_running`)."""
+        with self._tx.read() as conn:
+            return explain(conn, job, mode, dead_after)
+
+    def stuck(self, mode: str, dead_after: float, older_than: float) -> dict[str, int]:
+        """Jobs READY for more than ``older_than`` seconds by why they do not run,
+        those waiting only for a free slot left out (``jobserver_jobs_stuck``)."""
+        with self._tx.read() as conn:
+            return count_stuck(conn, mode, dead_after, older_than)
+
     def count_by_state(self) -> dict[str, int]:
         with self._tx.read() as conn:
             rows = conn.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))
             return {state: int(count) for state, count in rows}
 
     # -- operator actions -------------------------------------------------------------
-    def apply(self, job_id: int, operation: Operation) -> JobRecord:
-        """Pause, resume, rerun or discard; :class:`IllegalTransition` names the state.
+    def apply(self, job_id: int, operation: Operation, actor: Actor = SYSTEM) -> JobRecord:
+        """Pause, resume, rerun or discard, as asked by ``actor`` (recorded on the
+        audit rows); :class:`IllegalTransition` names the state.
 
         An operation is accepted from fewer states than the transition table allows
         (:attr:`Operation.accepted_from`); the audit writer checks each change it
         records against the table as well."""
         with self._tx.write() as conn:
-            return self.apply_in(conn, job_id, operation)
+            return self.apply_in(conn, job_id, operation, actor)
 
-    def apply_in(self, conn: Connection, job_id: int, operation: Operation) -> JobRecord:
+    def apply_in(self, conn: Connection, job_id: int, operation: Operation,
+                 actor: Actor = SYSTEM) -> JobRecord:
         """:meth:`apply` in the caller's transaction (a planner that changes its own
         rows with the job's: a batch stage resumed from its failed step)."""
         query = select(jobs.c.state).where(jobs.c.id == job_id)
@@ -308,15 +327,17 @@ class JobRepository:
         if operation.target is State.READY:
             self._tx.notify(conn)
         record_events(conn, [
-            AuditEvent(job_id, current, operation.target, message=operation.value)]
-            + [AuditEvent(job_id, old, new, name, message=operation.value)
+            AuditEvent.by(actor, job_id, current, operation.target, message=operation.value)]
+            + [AuditEvent.by(actor, job_id, old, new, name, message=operation.value)
                for name, old, new in changed])
         return self._get(conn, job_id)
 
 
 def _insert_values(spec: JobSpec, dependencies: list[list[str]], idempotency_key: str | None,
-                   request_hash: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A new job's ``jobs`` columns (bar state, claim and timestamps) and its steps'."""
+                   request_hash: str | None,
+                   actor: Actor) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A new job's ``jobs`` columns (bar state, claim and timestamps), ``actor`` as its
+    submitter, and its steps'."""
     values = {"name": spec.name, "priority": spec.priority, "lock_key": spec.lock_key,
               "assigned_servers": (json.dumps(spec.assigned_servers)
                                    if spec.assigned_servers else None),
@@ -324,7 +345,7 @@ def _insert_values(spec: JobSpec, dependencies: list[list[str]], idempotency_key
               "not_before": spec.not_before, "idempotency_key": idempotency_key,
               "request_hash": request_hash,
               "inputs": ([item.model_dump(mode="json") for item in spec.inputs]
-                         if spec.inputs else None)}
+                         if spec.inputs else None), **actor.columns("submitted_by")}
     step_rows = [{"position": index, "name": step.name, "type": step.type,
                   "spec": step_columns(step), "depends_on": deps, "retries": step.retries,
                   "retry_backoff": step.retry_backoff, "retryable": step.retryable}
@@ -378,12 +399,12 @@ def _reset_steps(conn: Connection, job_id: int,
     return [(name, State(state), target) for name, state in rows]
 
 
-def discard_waiting(conn: Connection, job_ids: builtins.list[int],
-                    message: str) -> builtins.list[int]:
+def discard_waiting(conn: Connection, job_ids: builtins.list[int], message: str,
+                    actor: Actor = SYSTEM) -> builtins.list[int]:
     """Discard those of ``job_ids`` that are READY, unclaimed and may not start yet
     (``not_before`` later than the store's clock), with their steps and audit rows, in
-    the caller's transaction; returns the ids discarded. A job whose time has come is
-    left alone: a scheduler may be claiming it, and it runs as launched.
+    the caller's transaction, as asked by ``actor``; returns the ids discarded. A job
+    whose time has come is left alone: a scheduler may be claiming it, and it runs as launched.
 
     A discarded job gives up its idempotency key: it never started, so the key must
     not stand for it when the same work is launched again (a schedule disabled and
@@ -401,8 +422,8 @@ def discard_waiting(conn: Connection, job_ids: builtins.list[int],
     changed = conn.execute(
         update(steps).where(steps.c.job_id.in_(found), steps.c.state == State.READY.value)
         .values(state=State.DISCARDED.value).returning(steps.c.job_id, steps.c.name)).all()
-    record_events(conn, [AuditEvent(job_id, State.READY, State.DISCARDED, message=message)
-                         for job_id in found]
-                  + [AuditEvent(job_id, State.READY, State.DISCARDED, name, message=message)
-                     for job_id, name in changed])
+    record_events(conn, [AuditEvent.by(actor, job_id, State.READY, State.DISCARDED,
+                                       message=message) for job_id in found]
+                  + [AuditEvent.by(actor, job_id, State.READY, State.DISCARDED, name,
+                                   message=message) for job_id, name in changed])
     return [int(job_id) for job_id in found]

@@ -98,6 +98,11 @@ class JobRow(Base):
     waiting_on: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     has_dependents: Mapped[bool] = mapped_column(Boolean, default=False,
                                                  server_default=false())
+    # Who submitted the job (0014): the API token's name and id (no id for a token
+    # of the config), or the planner that launched it ("schedule ns/name", "views",
+    # "batch SYSTEM/LOCATION"; "system" otherwise). Last, as 0012 added them.
+    submitted_by: Mapped[str | None] = mapped_column(String(200))
+    submitted_by_token_id: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         Index("ix_jobs_state_id", "state", "id"),
@@ -242,6 +247,11 @@ class JobEventRow(Base):
     # jobserver.store.feed). SQLite leaves it NULL: its writers are serialised, so
     # ``id`` order is commit order there.
     txid: Mapped[int | None] = mapped_column(BigInteger)
+    # Who asked for the change (0014), as ``jobs.submitted_by``: set on a job's submit
+    # and on operator actions; NULL on the engine's own writes (claims, step attempts,
+    # rescues), which ``node`` names.
+    actor: Mapped[str | None] = mapped_column(String(200))
+    actor_token_id: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         Index("ix_job_events_job_id_id", "job_id", "id"),

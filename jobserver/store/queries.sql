@@ -80,7 +80,7 @@ SELECT claimed.id, claimed.name, claimed.state, claimed.priority, claimed.lock_k
   claimed.idempotency_key, claimed.request_hash, claimed.node, claimed.fence,
   claimed.attempt, claimed.error, claimed.created_at, claimed.updated_at,
   claimed.started_at, claimed.finished_at, claimed.inputs, claimed.waiting_on,
-  claimed.has_dependents,
+  claimed.has_dependents, claimed.submitted_by, claimed.submitted_by_token_id,
   s.id, s.job_id, s.position, s.name, s.type, s.spec, s.depends_on, s.retries,
   s.retry_backoff, s.retryable,
   CASE WHEN started.id IS NULL THEN s.state ELSE 'RUNNING' END,
@@ -227,22 +227,23 @@ RETURNING jobs.id;
 -- Audit rows, as many as the JSON array %(rows)s holds, in one statement whose text
 -- does not depend on how many there are.
 INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
-                        message, at)
+                        message, at, actor, actor_token_id)
 SELECT v.job_id, v.step, v.from_state, v.to_state, v.node, v.fence, v.attempt,
-       v.message, clock_timestamp()
+       v.message, clock_timestamp(), v.actor, v.actor_token_id
 FROM json_to_recordset(CAST(%(rows)s AS json)) AS v(
   job_id bigint, step text, from_state text, to_state text, node text, fence bigint,
-  attempt int, message text);
+  attempt int, message text, actor text, actor_token_id bigint);
 
 
 -- name: insert_events.sqlite
 INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
-                        message, at)
+                        message, at, actor, actor_token_id)
 SELECT json_extract(value, '$.job_id'), json_extract(value, '$.step'),
        json_extract(value, '$.from_state'), json_extract(value, '$.to_state'),
        json_extract(value, '$.node'), json_extract(value, '$.fence'),
        json_extract(value, '$.attempt'), json_extract(value, '$.message'),
-       (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')
+       (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'),
+       json_extract(value, '$.actor'), json_extract(value, '$.actor_token_id')
 FROM json_each(?);
 
 
@@ -275,11 +276,11 @@ RETURNING id, attempt, started_at;
 WITH job AS (
   INSERT INTO jobs (name, state, priority, lock_key, assigned_servers, params, parallelism,
                     not_before, idempotency_key, request_hash, fence, attempt, created_at,
-                    updated_at, inputs)
+                    updated_at, inputs, submitted_by, submitted_by_token_id)
   VALUES (%(name)s, 'READY', %(priority)s, %(lock_key)s, %(assigned_servers)s,
           CAST(%(params)s AS json), %(parallelism)s, %(not_before)s, %(idempotency_key)s,
           %(request_hash)s, 0, 0, clock_timestamp(), clock_timestamp(),
-          CAST(%(inputs)s AS json))
+          CAST(%(inputs)s AS json), %(submitted_by)s, %(submitted_by_token_id)s)
   RETURNING *
 ), step AS (
   INSERT INTO steps (job_id, position, name, type, spec, depends_on, retries,
@@ -292,13 +293,15 @@ WITH job AS (
   RETURNING *
 ), audit AS (
   INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
-                          message, at)
-  SELECT id, NULL, NULL, 'READY', NULL, NULL, NULL, 'submitted', clock_timestamp() FROM job
+                          message, at, actor, actor_token_id)
+  SELECT id, NULL, NULL, 'READY', NULL, NULL, NULL, 'submitted', clock_timestamp(),
+         submitted_by, submitted_by_token_id FROM job
 )
 SELECT job.id, job.name, job.state, job.priority, job.lock_key, job.assigned_servers,
   job.params, job.parallelism, job.not_before, job.idempotency_key, job.request_hash,
   job.node, job.fence, job.attempt, job.error, job.created_at, job.updated_at,
   job.started_at, job.finished_at, job.inputs, job.waiting_on, job.has_dependents,
+  job.submitted_by, job.submitted_by_token_id,
   (SELECT json_agg(step ORDER BY step.position) FROM step) AS step_rows,
   CASE WHEN CAST(%(channel)s AS text) IS NOT NULL
        THEN pg_notify(%(channel)s, '') IS NULL END AS woken
@@ -436,17 +439,19 @@ WITH v AS (
   SELECT * FROM json_to_recordset(CAST(%(jobs)s AS json)) AS v(
     name text, priority int, lock_key text, assigned_servers text, params json,
     parallelism int, not_before timestamptz, idempotency_key text, request_hash text,
-    steps json, inputs json, waiting_on int, after json)
+    steps json, inputs json, waiting_on int, after json, submitted_by text,
+    submitted_by_token_id bigint)
 ), job AS (
   INSERT INTO jobs (name, state, priority, lock_key, assigned_servers, params, parallelism,
                     not_before, idempotency_key, request_hash, fence, attempt, created_at,
-                    updated_at, inputs, waiting_on)
+                    updated_at, inputs, waiting_on, submitted_by, submitted_by_token_id)
   SELECT name, 'READY', priority, lock_key, assigned_servers, params, parallelism,
          not_before, idempotency_key, request_hash, 0, 0, clock_timestamp(),
-         clock_timestamp(), inputs, COALESCE(waiting_on, 0)
+         clock_timestamp(), inputs, COALESCE(waiting_on, 0), submitted_by,
+         submitted_by_token_id
   FROM v
   ON CONFLICT (idempotency_key) DO NOTHING
-  RETURNING id, idempotency_key
+  RETURNING id, idempotency_key, submitted_by, submitted_by_token_id
 ), link AS (
   INSERT INTO job_dependencies (job_id, upstream_id, awaits)
   SELECT job.id, a.job, a."when"
@@ -464,8 +469,9 @@ WITH v AS (
     retry_backoff float8, retryable boolean)
 ), audit AS (
   INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
-                          message, at)
-  SELECT id, NULL, NULL, 'READY', NULL, NULL, NULL, 'submitted', clock_timestamp() FROM job
+                          message, at, actor, actor_token_id)
+  SELECT id, NULL, NULL, 'READY', NULL, NULL, NULL, 'submitted', clock_timestamp(),
+         submitted_by, submitted_by_token_id FROM job
 ), wake AS (
   SELECT pg_notify(%(channel)s, '') FROM job
   WHERE CAST(%(channel)s AS text) IS NOT NULL LIMIT 1

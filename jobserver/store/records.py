@@ -29,6 +29,30 @@ def _from_mapping(cls: type, mapping: Any, **extra: Any) -> Any:
     return cls(**values)
 
 
+class Actor(NamedTuple):
+    """Who asked for a submit or an operator action: an API token's ``name`` and
+    ``token_id`` (None for a token of the config, which has no id), or a planner
+    ("schedule ns/name", "views", "batch SYSTEM/LOCATION"), or :data:`SYSTEM`."""
+
+    name: str
+    token_id: int | None = None
+
+    def columns(self, prefix: str) -> dict[str, Any]:
+        """``{prefix: name, prefix_token_id: token_id}``: the two columns that store it
+        (``submitted_by`` on jobs, ``actor`` on job events)."""
+        return {prefix: self.name, f"{prefix}_token_id": self.token_id}
+
+
+#: The actor of work nothing more specific asked for.
+SYSTEM = Actor("system")
+
+
+def actor_of(name: str | None, token_id: int | None) -> Actor | None:
+    """The actor two stored columns hold; None where nobody is recorded (the engine's
+    own events, and jobs submitted before actors were)."""
+    return None if name is None else Actor(name, token_id)
+
+
 class NodeLoad(NamedTuple):
     """The jobs one node holds: RUNNING there, and READY but assigned to it (leader
     mode's assignments, which the node has not started yet)."""
@@ -145,6 +169,9 @@ class JobRecord:
     # How many upstreams (``after``) are not yet final for their ``when``: a job is
     # claimable only at 0.
     waiting_on: int = 0
+    # Who submitted the job (see :class:`Actor`); None for jobs older than the record.
+    submitted_by: str | None = None
+    submitted_by_token_id: int | None = None
     # The upstreams with their current states; None where not read (job lists).
     after: list[Upstream] | None = None
     steps_done: int = 0
@@ -240,6 +267,9 @@ class EventRecord:
     attempt: int | None
     message: str | None
     at: datetime
+    # Who asked for the change (see :class:`Actor`); None for the engine's own.
+    actor: str | None = None
+    actor_token_id: int | None = None
 
     @classmethod
     def from_row(cls, mapping: Any) -> EventRecord:

@@ -11,7 +11,7 @@ from jobserver.states import State, check_transition
 from jobserver.store.models import (ApiTokenRow, FeedCursorRow, JobDependencyRow, JobEventRow,
                                     JobRow, LockEpochRow, ServerRow, StepRow)
 from jobserver.store.queries import query
-from jobserver.store.records import ClaimToken
+from jobserver.store.records import Actor, ClaimToken
 
 # Declarative models type __table__ as a FromClause; each of these is a Table.
 jobs = cast(Table, JobRow.__table__)
@@ -37,6 +37,9 @@ class AuditEvent(NamedTuple):
     fence: int | None = None
     attempt: int | None = None
     message: str | None = None
+    # Who asked for the change (an operator's token, a planner): see records.Actor.
+    actor: str | None = None
+    actor_token_id: int | None = None
 
     @classmethod
     def of_run(cls, token: ClaimToken, old: State, new: State, step: str | None = None,
@@ -45,6 +48,13 @@ class AuditEvent(NamedTuple):
         differs from the job's)."""
         return cls(token.job_id, old, new, step, token.node, token.fence,
                    token.attempt if attempt is None else attempt, message)
+
+    @classmethod
+    def by(cls, actor: Actor, job_id: int, old: State | None, new: State,
+           step: str | None = None, message: str | None = None) -> AuditEvent:
+        """A change ``actor`` asked for (a submit, an operator action)."""
+        return cls(job_id, old, new, step, message=message, actor=actor.name,
+                   actor_token_id=actor.token_id)
 
 
 def record_events(conn: Connection, rows: list[AuditEvent]) -> None:

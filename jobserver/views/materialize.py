@@ -27,6 +27,7 @@ from jobserver.exceptions import Conflict, InvalidRequest
 from jobserver.spec import AfterSpec, JobSpec, Policy, validate_job
 from jobserver.store import Store
 from jobserver.store.jobs import KeyedSubmit
+from jobserver.store.records import Actor
 from jobserver.views.lattice import instantiate
 from jobserver.views.patterns import parse_pattern
 from jobserver.views.planner import plan
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 MAX_REPLANS = 5
 #: The jobs table's idempotency keys are at most this long.
 KEY_LIMIT = 200
+#: Who submits view jobs (``jobs.submitted_by``).
+VIEWS = Actor("views")
 
 
 def utcnow() -> datetime:
@@ -157,7 +160,7 @@ class Materializer:
                 row = stored.get(decision.address)
                 items[decision.address] = KeyedSubmit(
                     spec, validate_job(spec, self.policy),
-                    job_key(decision.address, row.row_version if row else 0), None)
+                    job_key(decision.address, row.row_version if row else 0), None, VIEWS)
             ids = self._store.jobs.submit_keyed(list(items.values()), conn=conn)
             made.update((address, ids[item.key]) for address, item in items.items())
         return made

@@ -36,7 +36,7 @@ from jobserver.store.feed import Cursor, FinalEvent, final_events, horizon, load
 from jobserver.store.models import as_utc
 from jobserver.store.tables import jobs
 from jobserver.views.listeners import ViewSchedulingEvent
-from jobserver.views.materialize import Materializer, job_key
+from jobserver.views.materialize import VIEWS, Materializer, job_key
 from jobserver.views.model import ViewState
 from jobserver.views.store import CasConflict, Change, address_of
 from jobserver.views.tables import view_events, view_partitions
@@ -139,7 +139,7 @@ class ViewTracker(PlannerLoop):
                 log.error("view %s cannot be retried: %s", address, exc)
                 continue
             items[address] = KeyedSubmit(spec, validate_job(spec, self._materializer.policy),
-                                         job_key(address, version + 1), None)
+                                         job_key(address, version + 1), None, VIEWS)
         ids = self._store.jobs.submit_keyed(list(items.values()), conn=conn)
         self._store.views.set_jobs(conn, {a: ids[item.key] for a, item in items.items()})
 

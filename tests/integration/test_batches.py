@@ -167,6 +167,10 @@ def test_resume_from_failure_resumes_from_the_fifth_of_ten_jobs(harness: Harness
     assert [step for _d, s, step in RAN if s == "FND"] == [f"fnd{i}" for i in range(5, 11)]
     stage = harness.store.batches.list(BatchFilter())[0].stage("FND")
     assert stage.job_id == first_job and stage.runs == 2  # the engine's resume
+    # The batch is named as the job's submitter and as the one who resumed it.
+    assert harness.store.jobs.get(first_job).submitted_by == "batch ORDER/IN"
+    assert [event.actor for event in harness.store.jobs.events(first_job)
+            if event.message == "resume" and event.step is None] == ["batch ORDER/IN"]
 
 
 def test_two_runs_at_once_launch_a_stage_once(harness: Harness) -> None:

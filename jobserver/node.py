@@ -17,18 +17,16 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jobserver.config import Config
 from jobserver.connections import Connections
-from jobserver.exceptions import TRANSIENT, ConfigError, LockError, StoreError
+from jobserver.exceptions import TRANSIENT, StoreError
 from jobserver.events import EventBus
 from jobserver.listeners import Listeners
 from jobserver.logs import job_fields
 from jobserver.loops import FailureMark, Loop, LoopDeath, Periodic, Supervisor
 from jobserver.metrics import NodeMetrics, multiprocess
-from jobserver.retrying import retry
 from jobserver.batches.tracker import BatchTracker
 from jobserver.planner import PlannerSeat
 from jobserver.retention import RetentionLoop
@@ -40,6 +38,7 @@ from jobserver.views.listeners import ViewListeners
 from jobserver.views.materialize import Materializer
 from jobserver.views.tracker import ViewTracker
 from jobserver.spec import Policy
+from jobserver.startup import take_presence, upgrade_schema
 from jobserver.states import StopReason
 from jobserver.steps import step_types
 from jobserver.steps.python import PythonSteps
@@ -47,7 +46,7 @@ from jobserver.store import Store
 from jobserver.store.records import ClaimToken
 from jobserver.wakeup import WakeSource, watcher_for
 from locks import make_lock_backend
-from locks.base import Lease, LockBackend
+from locks.base import Lease
 from schedulers import Scheduler, SchedulerContext, create_scheduler
 from schedulers.base import presence_key
 
@@ -56,37 +55,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_LOCK = "schema/upgrade"
-
-
-#: How long start-up keeps trying a lock whose backend connection is down.
-START_RETRY_FOR = 15.0
-#: added to the lock service's grace for a dead holder: its expiry is noticed late
-PRESENCE_MARGIN = 2.0
-#: How long a start waits for a presence lock that dies with its holder's process (file
-#: locks): another process asking whether it is held (the cluster view, a rescue) takes
-#: it for a moment, and must not make this node refuse its own id.
-PRESENCE_PROBE_WAIT = 0.5
 #: How long a stopping node waits for the steps it cancelled to end and their jobs to
 #: be given back (a shell step's kill takes ``steps.shell.kill_grace``).
 GIVE_BACK_WAIT = 5.0
-
-
-def _at_start(take: Callable[[], Lease | None]) -> Lease | None:
-    """Take a lock during start-up, retrying while the backend is unreachable: a node
-    (re)started while its lock connection drops (a PostgreSQL restart, terminated
-    sessions) would otherwise exit, though the backend reconnects within a second."""
-    return retry(take, on=LockError, for_seconds=START_RETRY_FOR,
-                 what="taking a lock at start-up", first_pause=0.2, max_pause=0.2)
-
-
-def upgrade_schema(store: Store, locks: LockBackend) -> None:
-    """Run migrations under a lock so nodes starting together do not race."""
-    lease = _at_start(lambda: locks.acquire(SCHEMA_LOCK, blocking=True, timeout=120))
-    if lease is None:
-        raise ConfigError("timed out waiting for another node's schema upgrade")
-    with lease:
-        store.upgrade()
 
 
 def _private_registry() -> CollectorRegistry:
@@ -205,7 +176,7 @@ class Node:
     def start(self, upgrade: bool = True) -> None:
         if upgrade:
             upgrade_schema(self.store, self.locks)
-        self._presence = self._take_presence()
+        self._presence = take_presence(self.locks, self.id)
         self._failure_mark.clear()  # this process owns the id now
         self._presence.on_lost(lambda _lease: self.ctx.present.clear())
         self._register()
@@ -233,24 +204,6 @@ class Node:
         self.supervisor.watch(*self.loops())
         log.info("node %s started in %s mode with %s lock backend", self.id,
                  self.config.scheduler.mode.value, self.config.lock.backend)
-
-    def _take_presence(self) -> Lease:
-        """Take this node's presence lock. A node restarted at once after a crash may
-        find it still held by its dead process's session; that ends within the lock
-        service's grace, so wait that long (and a little) before refusing the id."""
-        key = presence_key(self.id)
-        lease = _at_start(lambda: self.locks.acquire(key, blocking=False))
-        grace = self.locks.dead_holder_grace
-        if lease is None:
-            wait = grace + PRESENCE_MARGIN if grace > 0 else PRESENCE_PROBE_WAIT
-            if grace > 0:
-                log.warning("server.id %r is held, perhaps by this node's last process: "
-                            "waiting up to %.0f s for its %s session to end", self.id, wait,
-                            self.locks.name)
-            lease = _at_start(lambda: self.locks.acquire(key, blocking=True, timeout=wait))
-        if lease is None:
-            raise ConfigError(f"server.id: {self.id!r} is in use by another live node")
-        return lease
 
     def loops(self) -> list[Loop]:
         """Every background loop of this node and of its parts."""

@@ -81,8 +81,9 @@ def run(args: argparse.Namespace, client: Callable[[], Client],
     """Check and report in one line; the exit code says current (0), stale (1) or
     unknown (2)."""
     try:
+        api = client()  # first: a bad --url or token is the usage error to report
         claim = claim_from(args, environ)
-        answer = client().fence(claim.job, claim.fence, claim.attempt)
+        answer = api.fence(claim.job, claim.fence, claim.attempt)
     except BadArguments as exc:
         return _unknown(str(exc))
     except JobServerError as exc:  # the API's refusal or an unreachable server

@@ -102,13 +102,13 @@ def create_app(config: Config | None = None, store: Store | None = None,
         metrics=ApiMetrics(registry), registry=registry,
         limiter=SubmitLimiter(config.api.submit_rate, config.api.submit_burst))
 
-    from jobserver.api import cluster, fences, health, jobs, metrics, openapi
+    from jobserver.api import bulk, cluster, fences, health, jobs, metrics, openapi
     from jobserver.batches import api as batches
     from jobserver.datasets import api as datasets
     from jobserver.schedules import api as schedules
     from jobserver.views import api as views
 
-    for module in (health, jobs, fences, schedules, datasets, views, batches, cluster,
+    for module in (health, jobs, bulk, fences, schedules, datasets, views, batches, cluster,
                    openapi, metrics):
         app.register_blueprint(module.blueprint)
     app.before_request(_start_timer)

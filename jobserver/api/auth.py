@@ -30,6 +30,7 @@ from jobserver.store.tokens import (ADMIN, ALL_SCOPES, FENCE, OPERATE, READ, SHE
 
 ENDPOINT_SCOPES: dict[str, str] = {
     "jobs.submit": SUBMIT,
+    "bulk.submit_batch": SUBMIT,
     "jobs.list_jobs": READ,
     "jobs.get_job": READ,
     "jobs.job_events": READ,
@@ -177,24 +178,35 @@ class SubmitLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def wait_time(self, key: str) -> float:
-        """Take one submit from ``key``'s bucket: 0 when allowed, else the seconds
-        until one is available (nothing is taken then)."""
+    def wait_time(self, key: str, cost: int = 1) -> float:
+        """Take ``cost`` submits from ``key``'s bucket: 0 when allowed, else the seconds
+        until that many are available (nothing is taken then; a ``cost`` above the
+        burst never is, and gets the time it would take an unbounded bucket)."""
         with self._lock:
             now = self._clock()
             tokens, last = self._buckets.get(key, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - last) * self.rate)
-            if tokens >= 1.0:
-                self._buckets[key] = (tokens - 1.0, now)
+            if tokens >= cost:
+                self._buckets[key] = (tokens - cost, now)
                 return 0.0
             self._buckets[key] = (tokens, now)
-            return (1.0 - tokens) / self.rate
+            return (cost - tokens) / self.rate
 
-    def check(self, principal: Principal) -> None:
-        wait = self.wait_time(principal.key)
-        if wait > 0:
-            retry_after = max(1, math.ceil(wait))
+    def check(self, principal: Principal, cost: int = 1) -> None:
+        """Take ``cost`` submits (a batch's jobs) from the caller's bucket, all or none;
+        :class:`RateLimited` when it lacks them. A batch larger than the burst can
+        never pass, and the error says so."""
+        wait = self.wait_time(principal.key, cost)
+        if wait <= 0:
+            return
+        retry_after = max(1, math.ceil(wait))
+        details = {**principal.describe(), "retry_after": retry_after}
+        if cost > self.burst:
             raise RateLimited(
-                f"token {principal.name!r} submits faster than api.submit_rate "
-                f"({self.rate:g}/s, burst {self.burst}); retry after {retry_after} s",
-                retry_after, {**principal.describe(), "retry_after": retry_after})
+                f"a batch of {cost} jobs exceeds api.submit_burst ({self.burst}) of token "
+                f"{principal.name!r}: send at most {self.burst} jobs a request",
+                retry_after, {**details, "burst": self.burst, "requested": cost})
+        raise RateLimited(
+            f"token {principal.name!r} submits faster than api.submit_rate "
+            f"({self.rate:g}/s, burst {self.burst}); retry after {retry_after} s",
+            retry_after, details)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobserver import (cli_batches, cli_datasets, cli_fence, cli_materialize, cli_purge,
-                       cli_schedules, cli_tokens)
+                       cli_schedules, cli_submit, cli_tokens)
 from jobserver.config import CONFIG_ENV, Config, load_config
 from jobserver.exceptions import ConfigError, JobServerError
 from jobserver.logs import FORMATS, default_format, setup_logging
@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["upgrade"])
     cli_tokens.add_parser(sub)
     cli_purge.add_parser(sub)
-    for name, text in (("submit", "submit a job spec (JSON file, or - for stdin)"),):
+    for name, text in (("submit", "submit a job spec, a JSON array of them or JSON lines "
+                                  "(file, or - for stdin); prints the job, or each id"),):
         command = sub.add_parser(name, help=text)
         command.add_argument("file")
         command.add_argument("--idempotency-key")
@@ -217,8 +218,7 @@ def _client_command(args: argparse.Namespace) -> int:
 
         return run(client, args.file, args.dry_run)
     if args.command == "submit":
-        spec = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-        _print(client.submit(spec, args.idempotency_key))
+        return cli_submit.run(args, client)
     elif args.command == "jobs" and (args.watch or args.count):
         from jobserver.cli_views import jobs_watch
 

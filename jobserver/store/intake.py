@@ -173,7 +173,7 @@ def insert_ready(conn: Connection,
 def _insert_jobs_sqlite(conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
     # not_before as the column type stores it; JSON columns as JSON values, which
     # json_extract hands to the table as JSON text.
-    stored = jobs.c.not_before.type.bind_processor(conn.dialect)
+    stored = jobs.c.not_before.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
     assert stored is not None
     document = json.dumps([dict(row, not_before=stored(row["not_before"])) for row in rows])
     ids = sorted(int(job_id) for job_id in conn.exec_driver_sql(

@@ -98,6 +98,38 @@ def test_a_batch_creates_its_jobs_in_request_order(api: Api) -> None:
     assert "jobserver_jobs_submitted_total 25.0" in metrics
 
 
+#: A job using every field, to compare a batch's job with the single submit's.
+FULL = {
+    "name": "nightly-etl", "priority": 5, "params": {"date": "2026-11-28", "ünï": [1, 2.5]},
+    "parallelism": 2, "not_before": "2031-11-29T02:00:00+01:00", "lock_key": "sales-11",
+    "assigned_servers": ["node-1", "node-2"],
+    "inputs": [{"dataset": "raw", "consumer": "cleanse", "limit": 10}],
+    "steps": [
+        {"name": "extract", "type": "shell", "argv": ["/bin/echo", "x"], "timeout": 60,
+         "env": {"A": "b"}, "retries": 3, "retry_backoff": 5},
+        {"name": "count", "type": "python", "callable": "demo.count_words",
+         "args": {"n": 1}, "depends_on": ["extract"]},
+        {"name": "pause", "type": "sleep", "seconds": 2, "depends_on": ["extract"]},
+        {"name": "load", "type": "noop", "depends_on": ["count", "pause"],
+         "retryable": False}]}
+
+
+def test_a_batch_job_is_stored_as_the_single_submit_stores_it(api: Api) -> None:
+    client, _ = api
+    dataset = {"name": "raw", "key": [{"name": "hour", "type": "int"}]}
+    assert client.post("/api/v1/datasets", json=dataset, headers=AUTH).status_code == 201
+    assert client.put("/api/v1/datasets/default/raw/consumers/cleanse",
+                      json={"processing_limit": 100}, headers=AUTH).status_code == 201
+    single = client.post("/api/v1/jobs", json=FULL, headers=AUTH).get_json()
+    [batched] = post(client, [FULL]).get_json()["jobs"]
+    shown = client.get(f"/api/v1/jobs/{batched['id']}", headers=AUTH).get_json()
+    for job in (single, shown):
+        for volatile in ("id", "created_at", "updated_at"):
+            job.pop(volatile)
+    assert shown == single
+    assert shown["not_before"].startswith("2031-11-29T01:00:00")
+
+
 def test_a_replayed_batch_returns_the_same_jobs_not_created(api: Api) -> None:
     client, store = api
     first = post(client, [keyed("a", "key-a"), keyed("b", "key-b")])

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from jobserver.client import ApiError, Client
+from jobserver.exceptions import InvalidRequest
 
 EXIT_API, EXIT_USAGE = 1, 2
 #: The most jobs the API takes in one batch.
@@ -32,11 +33,6 @@ MAX_WAITS = 100
 _ITEM = re.compile(r"jobs\[(\d+)\]")
 
 
-class InputError(Exception):
-    """The file is not a job, a JSON array of jobs or JSON lines; the message says
-    where."""
-
-
 def run(args: argparse.Namespace, client: Client) -> int:
     """The ``submit`` command: 0 when every job was stored."""
     try:
@@ -44,8 +40,8 @@ def run(args: argparse.Namespace, client: Client) -> int:
         jobs, lines = read_jobs(data)
     except OSError as exc:
         return _usage(f"cannot read {args.file}: {exc.strerror or exc}")
-    except InputError as exc:
-        return _usage(f"{'stdin' if args.file == '-' else args.file}: {exc}")
+    except InvalidRequest as exc:  # the file is not a job, jobs or JSON lines
+        return _usage(f"{'stdin' if args.file == '-' else args.file}: {exc.message}")
     if isinstance(jobs, dict):  # one job, as the command always took it
         print(json.dumps(client.submit(data, args.idempotency_key), indent=2))
         return 0
@@ -56,11 +52,12 @@ def run(args: argparse.Namespace, client: Client) -> int:
 
 
 def read_jobs(data: bytes) -> tuple[dict[str, Any] | list[dict[str, Any]], list[int] | None]:
-    """The job, or the jobs, of a file; for JSON lines also each job's line number."""
+    """The job, or the jobs, of a file; for JSON lines also each job's line number.
+    :class:`InvalidRequest` says what is wrong, and where."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise InputError("not UTF-8 text") from None
+        raise InvalidRequest("not UTF-8 text") from None
     try:
         document = json.loads(text)
     except ValueError as exc:
@@ -68,12 +65,12 @@ def read_jobs(data: bytes) -> tuple[dict[str, Any] | list[dict[str, Any]], list[
     if isinstance(document, dict):
         return document, None
     if not isinstance(document, list):
-        raise InputError("expected a job (a JSON object), a JSON array of jobs or JSON lines")
+        raise InvalidRequest("expected a job (a JSON object), a JSON array of jobs or JSON lines")
     if not document:
-        raise InputError("the array holds no job")
+        raise InvalidRequest("the array holds no job")
     for index, item in enumerate(document):
         if not isinstance(item, dict):
-            raise InputError(f"jobs[{index}]: expected a JSON object")
+            raise InvalidRequest(f"jobs[{index}]: expected a JSON object")
     return document, None
 
 
@@ -88,14 +85,14 @@ def _json_lines(text: str, whole: ValueError) -> tuple[list[dict[str, Any]], lis
         try:
             item = json.loads(line)
         except ValueError as exc:
-            raise InputError(f"line {number}: not valid JSON ({exc})" if jobs
+            raise InvalidRequest(f"line {number}: not valid JSON ({exc})" if jobs
                              else f"not valid JSON ({whole})") from None
         if not isinstance(item, dict):
-            raise InputError(f"line {number}: expected a JSON object (a job)")
+            raise InvalidRequest(f"line {number}: expected a JSON object (a job)")
         jobs.append(item)
         lines.append(number)
     if not jobs:
-        raise InputError("holds no job")
+        raise InvalidRequest("holds no job")
     return jobs, lines
 
 

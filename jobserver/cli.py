@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobserver import (cli_batches, cli_datasets, cli_fence, cli_logs, cli_materialize,
-                       cli_purge, cli_schedules, cli_tokens)
+                       cli_purge, cli_schedules, cli_submit, cli_tokens)
 from jobserver.cli_parsing import (EXIT_USAGE, Parser, check_text, client_options,
                                    global_options, positive, read_input, run_reported)
 from jobserver.config import CONFIG_ENV, Config, load_config
@@ -75,10 +75,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="upgrade: apply the migrations the store lacks")
     cli_tokens.add_parser(sub)
     cli_purge.add_parser(sub)
-    submit = sub.add_parser("submit", help="submit a job spec (JSON file, or - for stdin)")
-    submit.add_argument("file", help="the job spec: a JSON file, or - for stdin")
+    submit = sub.add_parser("submit", help="submit a job spec, a JSON array of them or JSON "
+                                           "lines (file, or - for stdin); prints the job, or "
+                                           "each id")
+    submit.add_argument("file", help="the job spec(s): a JSON file, or - for stdin")
     submit.add_argument("--idempotency-key", metavar="KEY",
-                        help="a retried submit with the same key makes one job")
+                        help="one job only: a retried submit with the same key makes one job")
     jobs = sub.add_parser("jobs", help="list jobs, newest first")
     jobs.add_argument("--state", help="only jobs in this state (READY, RUNNING, ...)")
     jobs.add_argument("--name", help="only jobs with this name")
@@ -247,7 +249,7 @@ def _client_command(args: argparse.Namespace) -> int:
         check_text(args.file)  # apply reads it again; a file it cannot read is bad usage
         return run(client, args.file, args.dry_run)
     if args.command == "submit":
-        _print(client.submit(read_input(args.file), args.idempotency_key))
+        return cli_submit.run(args, client)
     elif args.command == "jobs" and (args.watch or args.count):
         from jobserver.cli_views import jobs_watch
 

@@ -231,10 +231,11 @@ def field_path(loc: Iterable[Any]) -> str:
 
 def parse_job(body: bytes | str) -> JobSpec:
     """Parse a JSON body into a :class:`JobSpec` or raise :class:`InvalidRequest`."""
-    return parse_model(JobSpec, body, _job_problem)
+    return parse_model(JobSpec, body, job_problem)
 
 
-def _job_problem(error: Mapping[str, Any]) -> dict[str, str]:
+def job_problem(error: Mapping[str, Any]) -> dict[str, str]:
+    """The detail of one of pydantic's errors in a job body (or a batch of them)."""
     if error["type"] == "union_tag_invalid":
         message = f"unknown step type; expected one of {', '.join(STEP_TYPES)}"
     else:

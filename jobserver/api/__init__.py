@@ -117,14 +117,14 @@ def create_app(config: Config | None = None, store: Store | None = None,
         presence=(PresenceProbe.over(locks) if locks is not None
                   else probe_for(config, store)))
 
-    from jobserver.api import cluster, fences, health, jobs, logs, metrics, openapi
+    from jobserver.api import bulk, cluster, fences, health, jobs, logs, metrics, openapi
     from jobserver.batches import api as batches
     from jobserver.datasets import api as datasets
     from jobserver.schedules import api as schedules
     from jobserver.views import api as views
 
-    for module in (health, jobs, fences, logs, schedules, datasets, views, batches, cluster,
-                   openapi, metrics):
+    for module in (health, jobs, bulk, fences, logs, schedules, datasets, views, batches,
+                   cluster, openapi, metrics):
         app.register_blueprint(module.blueprint)
     app.before_request(_start_timer)
     app.before_request(_authenticate)

@@ -28,6 +28,7 @@ from jobserver.store.records import Actor
 
 ENDPOINT_SCOPES: dict[str, str] = {
     "jobs.submit": SUBMIT,
+    "bulk.submit_batch": SUBMIT,
     "jobs.list_jobs": READ,
     "jobs.get_job": READ,
     "jobs.job_events": READ,

@@ -44,18 +44,21 @@ Bucket = tuple[float, float]  # (tokens, monotonic time of the last take)
 _BUCKET = struct.Struct("=dd")
 
 
-def take(bucket: Bucket | None, now: float, rate: float, burst: int) -> tuple[Bucket, float]:
-    """Take one submit from ``bucket`` (None: a new, full one) at ``now``.
+def take(bucket: Bucket | None, now: float, rate: float, burst: int,
+         cost: int = 1) -> tuple[Bucket, float]:
+    """Take ``cost`` submits (a batch's jobs) from ``bucket`` (None: a new, full one)
+    at ``now``, all or none.
 
     Returns the bucket after it and 0, or the bucket unchanged but refilled and the
-    seconds until a submit is available. The time since the last take counts from 0
-    at least: a bucket written before a reboot may be ahead of the clock.
+    seconds until that many are available (a ``cost`` above the burst never is: it
+    gets the time an unbounded bucket would take). The time since the last take counts
+    from 0 at least: a bucket written before a reboot may be ahead of the clock.
     """
     tokens, last = bucket if bucket is not None else (float(burst), now)
     tokens = min(float(burst), tokens + max(0.0, now - last) * rate)
-    if tokens >= 1.0:
-        return (tokens - 1.0, now), 0.0
-    return (tokens, now), (1.0 - tokens) / rate
+    if tokens >= cost:
+        return (tokens - cost, now), 0.0
+    return (tokens, now), (cost - tokens) / rate
 
 
 def prepare_buckets(data_dir: Path, node_id: str) -> Path:
@@ -97,14 +100,14 @@ class FileBuckets:
             self._files[key] = fd
         return fd
 
-    def take(self, key: str, now: float, rate: float, burst: int) -> float:
+    def take(self, key: str, now: float, rate: float, burst: int, cost: int = 1) -> float:
         """:func:`take` on ``key``'s bucket, under the file's lock."""
         fd = self._file(key)
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             raw = os.pread(fd, _BUCKET.size, 0)
             bucket, wait = take(_BUCKET.unpack(raw) if len(raw) == _BUCKET.size else None,
-                                now, rate, burst)
+                                now, rate, burst, cost)
             os.pwrite(fd, _BUCKET.pack(*bucket), 0)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -131,30 +134,38 @@ class SubmitLimiter:
         path = os.environ.get(BUCKETS_ENV)
         return cls(rate, burst, path=Path(path) if path else None)
 
-    def wait_time(self, key: str) -> float:
-        """Take one submit from ``key``'s bucket: 0 when allowed, else the seconds
-        until one is available (nothing is taken then)."""
+    def wait_time(self, key: str, cost: int = 1) -> float:
+        """Take ``cost`` submits from ``key``'s bucket: 0 when allowed, else the seconds
+        until that many are available (nothing is taken then)."""
         with self._lock:
             now = self._clock()
             if self._file is not None:
                 try:
-                    return self._file.take(key, now, self.rate, self.burst)
+                    return self._file.take(key, now, self.rate, self.burst, cost)
                 except OSError as exc:
                     log.warning("the shared submit limits in %s cannot be used (%s): this "
                                 "worker limits its own submits from now on",
                                 self._file.path, exc)
                     self._file = None
             self._buckets[key], wait = take(self._buckets.get(key), now, self.rate,
-                                            self.burst)
+                                            self.burst, cost)
             return wait
 
-    def check(self, principal: Principal) -> None:
-        """Raise :class:`RateLimited` (429, ``Retry-After``) when ``principal`` submits
-        faster than the limit."""
-        wait = self.wait_time(principal.key)
-        if wait > 0:
-            retry_after = max(1, math.ceil(wait))
+    def check(self, principal: Principal, cost: int = 1) -> None:
+        """Take ``cost`` submits (a batch's jobs) from the caller's bucket, all or none;
+        :class:`RateLimited` (429, ``Retry-After``) when it lacks them. A batch larger
+        than the burst can never pass, and the error says so."""
+        wait = self.wait_time(principal.key, cost)
+        if wait <= 0:
+            return
+        retry_after = max(1, math.ceil(wait))
+        details = {**principal.describe(), "retry_after": retry_after}
+        if cost > self.burst:
             raise RateLimited(
-                f"token {principal.name!r} submits faster than api.submit_rate "
-                f"({self.rate:g}/s, burst {self.burst}); retry after {retry_after} s",
-                retry_after, {**principal.describe(), "retry_after": retry_after})
+                f"a batch of {cost} jobs exceeds api.submit_burst ({self.burst}) of token "
+                f"{principal.name!r}: send at most {self.burst} jobs a request",
+                retry_after, {**details, "burst": self.burst, "requested": cost})
+        raise RateLimited(
+            f"token {principal.name!r} submits faster than api.submit_rate "
+            f"({self.rate:g}/s, burst {self.burst}); retry after {retry_after} s",
+            retry_after, details)

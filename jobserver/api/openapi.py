@@ -269,7 +269,7 @@ def _paths() -> dict[str, Any]:
 def document() -> dict[str, Any]:
     # Imported here: the schedules' part of the document is built from this module's
     # helpers.
-    from jobserver.api import fences, logs
+    from jobserver.api import bulk, fences, logs
     from jobserver.batches import openapi as batches
     from jobserver.batches.planner import RunRequest
     from jobserver.batches.spec import BatchConfigSpec
@@ -282,7 +282,8 @@ def document() -> dict[str, Any]:
     from jobserver.views import openapi as views
     from jobserver.views.spec import ViewSpec
 
-    _, schemas = models_json_schema([(JobSpec, "validation"), (ScheduleSpec, "validation"),
+    _, schemas = models_json_schema([(JobSpec, "validation"), (bulk.BatchRequest, "validation"),
+                                     (ScheduleSpec, "validation"),
                                      (DatasetSpec, "validation"),
                                      (ConsumerSpec, "validation"), (ViewSpec, "validation"),
                                      (BatchConfigSpec, "validation"),
@@ -299,8 +300,9 @@ def document() -> dict[str, Any]:
         "info": {"title": "jobserver", "version": __version__, "description": (
             "Every response carries an X-Jobserver-Node header: the server.id of the "
             "node that gave it (nodes may share one address).")},
-        "paths": {**_paths(), **fences.paths(), **logs.paths(), **schedules.paths(), **datasets.paths(),
-                  **consumers.paths(), **views.paths(), **batches.paths()},
+        "paths": {**_paths(), **bulk.paths(), **fences.paths(), **logs.paths(),
+                  **schedules.paths(), **datasets.paths(), **consumers.paths(),
+                  **views.paths(), **batches.paths()},
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (
                 "A token from api.tokens (every scope) or from `jobserver token create` "

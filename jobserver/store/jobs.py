@@ -14,6 +14,7 @@ from jobserver.states import Operation, State
 from jobserver.store import WAKE_CHANNEL, Transactions, pgsubmit
 from jobserver.store.dependencies import NewJob, insert_linked, recount, upstreams_of
 from jobserver.store.engine import store_now
+from jobserver.store.intake import BatchItem, Submitted, insert_ready, submit_batch
 from jobserver.store.logs import forget as forget_logs
 from jobserver.store.not_running import NotRunning, count_stuck, explain
 from jobserver.store.records import SYSTEM, Actor, EventRecord, JobRecord, StepRecord
@@ -109,6 +110,11 @@ class JobRepository:
         with own as conn:
             return self._submit_keyed(conn, items)
 
+    def submit_batch(self, items: builtins.list[BatchItem]) -> builtins.list[Submitted]:
+        """Insert a batch of API submits, all or nothing, each under its own optional
+        idempotency key; see :mod:`jobserver.store.intake`."""
+        return submit_batch(self._tx, items, _insert_values)
+
     def _submit_keyed(self, conn: Connection,
                       items: builtins.list[KeyedSubmit]) -> dict[str, int]:
         """Jobs without ``after`` by the set-based path; those with ``after`` by
@@ -171,22 +177,9 @@ class JobRepository:
                                                   .where(jobs.c.idempotency_key.in_(
                                                       [item.key for item in items]))).all())
         new = list({item.key: item for item in items if item.key not in found}.values())
-        if new:
-            built = [_insert_values(item.spec, item.dependencies, item.key, item.digest,
-                                    item.actor) for item in new]
-            ids = conn.execute(insert(jobs).values(created_at=store_now(),
-                                                   updated_at=store_now())
-                               .returning(jobs.c.id, sort_by_parameter_order=True),
-                               [dict(values, state=State.READY.value, fence=0, attempt=0)
-                                for values, _steps in built]).scalars().all()
-            conn.execute(insert(steps), [dict(row, job_id=job_id, state=State.READY.value,
-                                              attempt=0)
-                                         for job_id, (_values, step_rows) in zip(ids, built)
-                                         for row in step_rows])
-            record_events(conn, [AuditEvent.by(item.actor, job_id, None, State.READY,
-                                               message="submitted")
-                                 for item, job_id in zip(new, ids)])
-            found.update((item.key, int(job_id)) for item, job_id in zip(new, ids))
+        ids = insert_ready(conn, [_insert_values(item.spec, item.dependencies, item.key,
+                                                 item.digest, item.actor) for item in new])
+        found.update((item.key, job_id) for item, job_id in zip(new, ids))
         return {item.key: found[item.key] for item in items}
 
     @staticmethod

@@ -66,3 +66,22 @@ def submit_keyed(conn: Connection, rows: list[dict[str, Any]],
         return {key: int(job_id) for job_id, key, _woken in cursor.fetchall()}
     finally:
         cursor.close()
+
+
+def submit_batch(conn: Connection, rows: list[dict[str, Any]],
+                 channel: str | None) -> list[tuple[int, int, bool, bool]]:
+    """Insert a batch of jobs (``rows``: their ``jobs`` columns, each with ``ord``, its
+    index in the batch, and ``steps``) by the statement ``submit_batch``, on an
+    autocommit connection, all or nothing; returns ``(ord, id, created, conflict)`` of
+    each item, or only of those found under their keys when any of them conflicts
+    (then nothing was inserted)."""
+    document = json.dumps([dict(row, not_before=(row["not_before"].isoformat()
+                                                 if row["not_before"] else None))
+                           for row in rows])
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(query("submit_batch"), {"jobs": document, "channel": channel})
+        return [(int(ordinal), int(job_id), bool(created), bool(conflict))
+                for ordinal, job_id, created, conflict, _woken in cursor.fetchall()]
+    finally:
+        cursor.close()

@@ -479,6 +479,102 @@ WITH v AS (
 SELECT job.id, job.idempotency_key, (SELECT count(*) FROM wake) FROM job;
 
 
+-- name: submit_batch
+-- A batch of jobs from the API (POST /api/v1/jobs/batch) in one statement on an
+-- autocommit connection, all or nothing. %(jobs)s: a JSON array of the jobs' columns,
+-- each with its position in the request (ord) and its steps as a JSON array; an item
+-- with an idempotency key already in the store is a replay if its request_hash is the
+-- stored one and a conflict otherwise. With any conflict nothing is inserted: the
+-- statement returns the items found under their keys (conflict true for the
+-- different requests) and the caller refuses the batch. Otherwise it inserts the rest
+-- with their steps, first audit rows and one wake-up of idle schedulers (when
+-- %(channel)s is not NULL), and returns (ord, id, created, conflict) of every item.
+--
+-- The new ids are drawn in request order before the INSERT, so that they ascend as
+-- the items do (a scheduler takes jobs of equal priority by id) and map back to
+-- their items whether or not they carry a key. Two batches racing for one new key
+-- meet on its unique index: the loser's statement fails whole, and the caller runs
+-- it again, finding the winner's job.
+WITH v AS (
+  SELECT * FROM json_to_recordset(CAST(%(jobs)s AS json)) AS v(
+    ord int, name text, priority int, lock_key text, assigned_servers text, params json,
+    parallelism int, not_before timestamptz, idempotency_key text, request_hash text,
+    steps json, inputs json, submitted_by text, submitted_by_token_id bigint)
+), old AS (
+  SELECT v.ord, j.id, j.request_hash IS DISTINCT FROM v.request_hash AS conflict
+  FROM v JOIN jobs AS j ON j.idempotency_key = v.idempotency_key
+), seq AS (
+  SELECT CAST(pg_get_serial_sequence('jobs', 'id') AS regclass) AS name
+), new AS MATERIALIZED (
+  SELECT nextval((SELECT name FROM seq)) AS id, o.*
+  FROM (SELECT v.* FROM v
+        WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.ord = v.ord)
+          AND NOT EXISTS (SELECT 1 FROM old WHERE old.conflict)
+        ORDER BY v.ord) AS o
+), job AS (
+  INSERT INTO jobs (id, name, state, priority, lock_key, assigned_servers, params,
+                    parallelism, not_before, idempotency_key, request_hash, fence, attempt,
+                    created_at, updated_at, inputs, submitted_by, submitted_by_token_id)
+  SELECT id, name, 'READY', priority, lock_key, assigned_servers, params, parallelism,
+         not_before, idempotency_key, request_hash, 0, 0, clock_timestamp(),
+         clock_timestamp(), inputs, submitted_by, submitted_by_token_id
+  FROM new
+  RETURNING id, submitted_by, submitted_by_token_id
+), step AS (
+  INSERT INTO steps (job_id, position, name, type, spec, depends_on, retries,
+                     retry_backoff, retryable, state, attempt)
+  SELECT job.id, s.position, s.name, s.type, s.spec, s.depends_on, s.retries,
+         s.retry_backoff, s.retryable, 'READY', 0
+  FROM job JOIN new ON new.id = job.id
+  CROSS JOIN LATERAL json_to_recordset(new.steps) AS s(
+    position int, name text, type text, spec json, depends_on json, retries int,
+    retry_backoff float8, retryable boolean)
+), audit AS (
+  INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
+                          message, at, actor, actor_token_id)
+  SELECT id, NULL, NULL, 'READY', NULL, NULL, NULL, 'submitted', clock_timestamp(),
+         submitted_by, submitted_by_token_id FROM job
+), wake AS (
+  SELECT pg_notify(%(channel)s, '') FROM job
+  WHERE CAST(%(channel)s AS text) IS NOT NULL LIMIT 1
+)
+SELECT ord, id, TRUE, FALSE, (SELECT count(*) FROM wake) FROM new
+UNION ALL
+SELECT ord, id, FALSE, conflict, 0 FROM old;
+
+
+-- name: submit_batch_jobs.sqlite
+-- The new jobs of a batch (:rows, a JSON array of their columns, not_before as the
+-- stored text) in the caller's write transaction, in array order. SQLite gives each
+-- row the next rowid, so under the transaction's write lock the ids ascend in that
+-- order; the caller sorts the ids returned (RETURNING's order is unspecified).
+INSERT INTO jobs (name, state, priority, lock_key, assigned_servers, params, parallelism,
+                  not_before, idempotency_key, request_hash, fence, attempt, created_at,
+                  updated_at, inputs, submitted_by, submitted_by_token_id)
+SELECT json_extract(value, '$.name'), 'READY', json_extract(value, '$.priority'),
+       json_extract(value, '$.lock_key'), json_extract(value, '$.assigned_servers'),
+       json_extract(value, '$.params'), json_extract(value, '$.parallelism'),
+       json_extract(value, '$.not_before'), json_extract(value, '$.idempotency_key'),
+       json_extract(value, '$.request_hash'), 0, 0,
+       (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'),
+       (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'), json_extract(value, '$.inputs'),
+       json_extract(value, '$.submitted_by'), json_extract(value, '$.submitted_by_token_id')
+FROM json_each(:rows) ORDER BY key
+RETURNING id;
+
+
+-- name: submit_batch_steps.sqlite
+-- The steps of a batch's new jobs (:rows, a JSON array of step rows with their job_id).
+INSERT INTO steps (job_id, position, name, type, spec, depends_on, retries, retry_backoff,
+                   retryable, state, attempt)
+SELECT json_extract(value, '$.job_id'), json_extract(value, '$.position'),
+       json_extract(value, '$.name'), json_extract(value, '$.type'),
+       json_extract(value, '$.spec'), json_extract(value, '$.depends_on'),
+       json_extract(value, '$.retries'), json_extract(value, '$.retry_backoff'),
+       json_extract(value, '$.retryable'), 'READY', 0
+FROM json_each(:rows);
+
+
 -- name: schedule_evaluations_insert
 -- The schedule evaluator's records, as many as the JSON array %(rows)s holds, in one
 -- statement whose text does not depend on how many (jobserver.store.bulk says why

@@ -75,7 +75,8 @@ def fields_of(error: dict[str, Any]) -> list[str]:
 
 
 # -- 1. auth ---------------------------------------------------------------------------
-ROUTES = [("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("get", "/api/v1/jobs/1"),
+ROUTES = [("get", "/api/v1/jobs"), ("post", "/api/v1/jobs"), ("post", "/api/v1/jobs/batch"),
+          ("get", "/api/v1/jobs/1"),
           ("get", "/api/v1/jobs/1/events"), ("get", "/api/v1/jobs/1/fence/7"),
           ("get", "/api/v1/jobs/1/steps/s1/log"),
           ("get", "/api/v1/cluster"),

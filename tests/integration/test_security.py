@@ -41,6 +41,7 @@ ACTIONS = ("pause", "resume", "rerun", "discard")
 
 # Which scope each route needs, written out by hand (not read from the code).
 ROUTE_SCOPES = {("get", "/api/v1/jobs"): "read", ("post", "/api/v1/jobs"): "submit",
+                ("post", "/api/v1/jobs/batch"): "submit",
                 ("get", "/api/v1/jobs/1"): "read", ("get", "/api/v1/jobs/1/events"): "read",
                 # The token handed to steps: the fence check only ('read' includes it).
                 ("get", "/api/v1/jobs/1/fence/7"): "fence",

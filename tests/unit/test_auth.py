@@ -51,6 +51,22 @@ def test_rate_limited_says_when_in_whole_seconds() -> None:
     assert limited.value.retry_after == 1  # never 0
 
 
+def test_a_batch_takes_one_submit_per_job_all_or_none() -> None:
+    clock = Clock()
+    limiter = SubmitLimiter(rate=2.0, burst=10, clock=clock)
+    assert limiter.wait_time("a", 6) == 0.0
+    assert limiter.wait_time("a", 5) == pytest.approx(0.5)  # 4 left: none taken
+    assert limiter.wait_time("a", 4) == 0.0
+    assert limiter.wait_time("a", 1) == pytest.approx(0.5)
+    clock.now += 60
+    caller = Principal("bulk", frozenset({"submit"}), id=3)
+    with pytest.raises(RateLimited) as limited:  # more than the burst: never passes
+        limiter.check(caller, 11)
+    assert "exceeds api.submit_burst (10)" in limited.value.message
+    assert limited.value.details["burst"] == 10 and limited.value.details["requested"] == 11
+    limiter.check(caller, 10)  # the full bucket was left alone
+
+
 @pytest.mark.parametrize("bind,loopback", [
     ("127.0.0.1:8080", True), ("127.8.9.10:80", True), ("localhost:8080", True),
     ("[::1]:8080", True), ("unix:/run/jobserver.sock", True),

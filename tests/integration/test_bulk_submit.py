@@ -120,7 +120,8 @@ def test_a_batch_job_is_stored_as_the_single_submit_stores_it(api: Api) -> None:
     assert client.post("/api/v1/datasets", json=dataset, headers=AUTH).status_code == 201
     assert client.put("/api/v1/datasets/default/raw/consumers/cleanse",
                       json={"processing_limit": 100}, headers=AUTH).status_code == 201
-    single = client.post("/api/v1/jobs", json=FULL, headers=AUTH).get_json()
+    submitted = client.post("/api/v1/jobs", json=FULL, headers=AUTH).get_json()
+    single = client.get(f"/api/v1/jobs/{submitted['id']}", headers=AUTH).get_json()
     [batched] = post(client, [FULL]).get_json()["jobs"]
     shown = client.get(f"/api/v1/jobs/{batched['id']}", headers=AUTH).get_json()
     for job in (single, shown):

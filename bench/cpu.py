@@ -2,6 +2,7 @@
 
     python -m bench.cpu                      # drain and submit, each store, 5,000 jobs
     python -m bench.cpu 2000 sqlite          # fewer jobs, one store
+    python -m bench.cpu 2000 postgres --steps 5   # 5-step no-op chains
 
 The throughput scenario's rates on a shared two-core machine spread by a quarter from
 one run to the next, more than a change to the engine usually moves them. This tool
@@ -83,23 +84,39 @@ def submit(url: str, count: int) -> float:
         store.dispose()
 
 
+def chain(steps: int) -> dict[str, Any]:
+    """A job of ``steps`` no-op steps, each depending on the one before."""
+    return {"name": f"chain{steps}", "steps": [
+        {"name": f"s{i}", "type": "noop", **({"depends_on": [f"s{i - 1}"]} if i else {})}
+        for i in range(steps)]}
+
+
 def main(argv: list[str]) -> None:
+    steps = 1
+    if "--steps" in argv:  # --steps K: drain chains of K no-op steps (no submit row)
+        at = argv.index("--steps")
+        steps, argv = int(argv[at + 1]), argv[:at] + argv[at + 2:]
     count = int(argv[0]) if argv else JOBS
     stores = argv[1:] or list(STORES)
-    opts = Options(command="python -m bench.cpu " + " ".join(argv))
+    opts = Options(command="python -m bench.cpu " + " ".join(argv)
+                   + (f" --steps {steps}" if steps > 1 else ""))
+    spec = chain(steps) if steps > 1 else None
     rows: list[dict[str, Any]] = []
     for backend in stores:
         for mode in ("single", "distributed"):
             work = opts.work_dir / f"drain-{backend}-{mode}"
             with store_for(backend, work / "store") as url:
                 rows.append({"store": backend, "what": f"drain, {mode}", "jobs": count,
-                             "cpu_ms_per_job": round(drain(url, work, mode, count), 3)})
+                             "steps": steps,
+                             "cpu_ms_per_job": round(drain(url, work, mode, count, spec), 3)})
             log(f"cpu {backend} drain {mode}: {rows[-1]['cpu_ms_per_job']} ms per job")
+        if steps > 1:
+            continue
         with store_for(backend, opts.work_dir / f"submit-{backend}") as url:
             rows.append({"store": backend, "what": "submit", "jobs": count,
                          "cpu_ms_per_job": round(submit(url, count), 3)})
         log(f"cpu {backend} submit: {rows[-1]['cpu_ms_per_job']} ms per job")
-    write_result("cpu", opts, rows)
+    write_result("cpu" if steps == 1 else f"cpu-chain{steps}", opts, rows)
 
 
 if __name__ == "__main__":

@@ -306,7 +306,6 @@ EXPIRED_LOG = "Session has expired"
 #: What a node logs when its ZooKeeper connection drops (it claims nothing from then on).
 SUSPENDED_LOG = "ZooKeeper connection suspended"
 LONG_JOBS = 6
-LONG_SECONDS = 2 * ZK_SESSION_TIMEOUT + 1  # outlives the cut
 
 
 def _zookeeper_cluster(harness: Harness, tmp_path: Path, request: pytest.FixtureRequest,
@@ -392,10 +391,11 @@ def test_forced_session_expiry_of_the_active_node(harness: Harness, tmp_path: Pa
     bound = ZK_SESSION_TIMEOUT + 2
     try:
         cluster.start()
-        # A few long jobs first: the cut-off node is still running them when its
-        # session expires and they are re-run elsewhere, so its final writes must be
-        # refused. Then the usual load.
-        long_jobs = cluster.submit_long(LONG_JOBS, LONG_SECONDS)
+        # A few held jobs first (they run until released, after the heal): the cut-off
+        # node is surely still running them when its session expires, however long the
+        # load took to get going, and they are re-run elsewhere, so its final writes
+        # must be refused. Then the usual load.
+        long_jobs = cluster.submit_held(LONG_JOBS)
         cluster.submit(FAULT_JOBS)
         victim = cluster.victim(among=long_jobs)
         running = cluster.wait_busy(victim, among=long_jobs)
@@ -428,6 +428,7 @@ def test_forced_session_expiry_of_the_active_node(harness: Harness, tmp_path: Pa
         wait_for(lambda: EXPIRED_LOG in cluster.log(victim), 20, 0.1,
                  f"{victim} to find its session expired")
         figures["expiry_seen_after_heal"] = time.monotonic() - healed_at
+        cluster.release_held()
 
         cluster.submit(FAULT_JOBS // 3)
         cluster.wait_all_final()

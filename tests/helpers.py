@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -45,3 +48,24 @@ class FakeLease:
     def __init__(self, store: Any, key: str = "scheduler/global") -> None:
         self.key = key
         self.fence = store.epochs.bump(key)
+
+
+@contextlib.contextmanager
+def live_api(store: Any, data_dir: Path, token: str) -> Iterator[str]:
+    """The API app on ``store`` served from a thread on a free port (``token`` its
+    config token): its base URL, for clients that speak real HTTP (the CLI)."""
+    from werkzeug.serving import make_server
+
+    from jobserver.api import create_app
+    from jobserver.config import load_config
+
+    environ = {"JOBSERVER_DATA_DIR": str(data_dir), "JOBSERVER_API__TOKENS": token}
+    server = make_server("127.0.0.1", 0, create_app(load_config(environ=environ), store=store),
+                         threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(10)

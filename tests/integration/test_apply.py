@@ -4,18 +4,15 @@ against a live API server (werkzeug, in a thread) over a real store."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from werkzeug.serving import make_server
 
-from jobserver.api import create_app
 from jobserver.cli import main
-from jobserver.config import load_config
 from jobserver.schedules.tables import schedules
 from jobserver.store import Store
+from tests.helpers import live_api
 
 TOKEN = "apply-token-0123456789abcdef"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "schedules.yaml"
@@ -34,14 +31,8 @@ Run = Callable[..., tuple[int, str, str]]
 
 @pytest.fixture
 def url(store: Store, tmp_path: Path) -> Iterator[str]:
-    environ = {"JOBSERVER_DATA_DIR": str(tmp_path / "data"), "JOBSERVER_API__TOKENS": TOKEN}
-    server = make_server("127.0.0.1", 0, create_app(load_config(environ=environ), store=store),
-                         threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    thread.join(10)
+    with live_api(store, tmp_path / "data", TOKEN) as base:
+        yield base
 
 
 @pytest.fixture

@@ -15,20 +15,16 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from werkzeug.serving import make_server
 
-from jobserver.api import create_app
 from jobserver.cli import _parser, main
 from jobserver.cli_parsing import commands
-from jobserver.config import load_config
 from jobserver.store import Store
 from tests.conftest import _empty
-from tests.helpers import free_port, job_spec
+from tests.helpers import free_port, job_spec, live_api
 
 TOKEN = "cli-token-0123456789abcdef"
 WRONG_TOKEN = "wrong-token-0123456789abcdef"
@@ -50,15 +46,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
 
 @pytest.fixture(scope="module")
 def url(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    environ = {"JOBSERVER_DATA_DIR": str(tmp_path_factory.mktemp("data")),
-               "JOBSERVER_API__TOKENS": TOKEN}
-    server = make_server("127.0.0.1", 0, create_app(load_config(environ=environ), store=store),
-                         threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    thread.join(10)
+    with live_api(store, tmp_path_factory.mktemp("data"), TOKEN) as base:
+        yield base
 
 
 @pytest.fixture

@@ -4,14 +4,12 @@ the API and ``jobserver job ID``, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from werkzeug.serving import make_server
 
 from jobserver.api import create_app
 from jobserver.cli import main
@@ -21,7 +19,7 @@ from jobserver.states import State
 from jobserver.store import Store
 from jobserver.store.jobs import KeyedSubmit
 from jobserver.store.records import Actor
-from tests.helpers import job_spec
+from tests.helpers import job_spec, live_api
 from tests.integration.test_schedule_evaluator import POLICY
 from tests.integration.test_schedule_evaluator import Harness as ScheduleHarness
 
@@ -144,15 +142,8 @@ def test_planners_submit_under_their_own_names(store: Store) -> None:
 # -- jobserver job ID -------------------------------------------------------------------
 @pytest.fixture
 def url(store: Store, tmp_path: Path) -> Iterator[str]:
-    environ = {"JOBSERVER_DATA_DIR": str(tmp_path / "data"),
-               "JOBSERVER_API__TOKENS": CONFIG_TOKEN}
-    server = make_server("127.0.0.1", 0, create_app(load_config(environ=environ), store=store),
-                         threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    thread.join(10)
+    with live_api(store, tmp_path / "data", CONFIG_TOKEN) as base:
+        yield base
 
 
 def test_the_job_command_shows_the_trail_with_its_actors(url: str, store: Store,

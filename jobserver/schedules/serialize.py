@@ -13,6 +13,7 @@ from jobserver.schedules.catalog import utcnow
 from jobserver.schedules.records import EvaluationRecord, ScheduleJobRecord, ScheduleRecord
 from jobserver.exceptions import JobServerError
 from jobserver.schedules.spec import ScheduleSpec, TimeTrigger, leaves, load_spec
+from jobserver.schedules.words import trigger_words
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,4 @@ def _spec(schedule: ScheduleRecord) -> ScheduleSpec | None:
 def _trigger_text(spec: ScheduleSpec | None) -> str | None:
     if spec is None:
         return None
-    from jobserver.schedules.timing import describe
-
-    return describe(spec.trigger)
+    return trigger_words(spec.trigger)

@@ -24,7 +24,7 @@ def _time(value: datetime | None) -> str | None:
 
 
 def schedule_json(schedule: ScheduleRecord) -> dict[str, Any]:
-    spec = _spec(schedule)
+    spec = stored_spec(schedule)
     return {
         "namespace": schedule.namespace, "name": schedule.name, "id": schedule.id,
         "generation": schedule.generation, "enabled": schedule.enabled,
@@ -77,7 +77,7 @@ def next_fire_time(schedule: ScheduleRecord, spec: ScheduleSpec | None,
     return min((time for time in times if time is not None), default=None)
 
 
-def _spec(schedule: ScheduleRecord) -> ScheduleSpec | None:
+def stored_spec(schedule: ScheduleRecord) -> ScheduleSpec | None:
     """The stored spec as a model again. One that no longer validates (a time zone
     dropped from the system's database) is shown without its derived fields."""
     try:

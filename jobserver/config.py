@@ -175,6 +175,16 @@ class ApiConfig(_Section):
         return tokens
 
 
+class UiConfig(_Section):
+    """The web dashboard at ``/ui`` (``jobserver.ui``)."""
+
+    # How long a sign-in lasts at most; it ends earlier with its token (revoked,
+    # expired, or a config token taken out of ``api.tokens``) or by signing out.
+    session_lifetime: float = Field(default=12 * 3600.0, ge=60, le=30 * 86400)
+    # How often a page's live parts ask for fresh data (seconds).
+    refresh_interval: float = Field(default=2.0, ge=0.5, le=300)
+
+
 class ShellStepConfig(_Section):
     allowed_executables: list[str] | None = None
     env_passthrough: list[str] = Field(default_factory=lambda: ["PATH", "HOME", "LANG", "TZ"])
@@ -366,6 +376,7 @@ class Config(_Section):
     zookeeper: ZooKeeperConfig = Field(default_factory=ZooKeeperConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
+    ui: UiConfig = Field(default_factory=UiConfig)
     steps: StepsConfig = Field(default_factory=StepsConfig)
     schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
     connections: dict[Annotated[str, StringConstraints(pattern=CONNECTION_NAME)],

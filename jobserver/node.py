@@ -19,6 +19,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING
 
+from jobserver import __version__
 from jobserver.config import Config
 from jobserver.connections import Connections
 from jobserver.exceptions import TRANSIENT, StoreError
@@ -275,7 +276,8 @@ class Node:
         no longer starts any would wait for the end of its drain."""
         capacity = 0 if self.ctx.stopping.is_set() else self.config.capacity
         self.store.servers.register(self.id, socket.gethostname(), os.getpid(),
-                                    self.config.scheduler.mode.value, capacity)
+                                    self.config.scheduler.mode.value, capacity,
+                                    tags={"version": __version__})
 
     def _keep_presence(self) -> None:
         """Take the presence lock again after a lost session (ZooKeeper expiry, a

@@ -19,7 +19,7 @@ from jobserver.batches.tables import batch_configs, batch_runs, batch_stages, ba
 from jobserver.datasets.tables import datasets, partitions
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
 from jobserver.store.tables import (api_tokens, epochs, events, feed_cursors, jobs, servers,
-                                   steps)
+                                   steps, ui_sessions)
 from jobserver.views.tables import view_events, view_partitions, views
 
 # A plain postgresql:// URL: the store uses the driver a user's would (psycopg 3).
@@ -87,7 +87,7 @@ def _empty(store: Store) -> None:
     with store.tx.write() as conn:
         if store.dialect == "postgresql":
             conn.exec_driver_sql("TRUNCATE jobs, steps, job_events, servers, lock_epochs, "
-                                 "api_tokens, feed_cursors, schedules, schedule_jobs, "
+                                 "api_tokens, ui_sessions, feed_cursors, schedules, schedule_jobs, "
                                  "schedule_evaluations, schedule_watches, datasets, partitions, "
                                  "views, view_partitions, view_events, "
                                  "batch_configs, batches, batch_stages, batch_runs "
@@ -95,8 +95,8 @@ def _empty(store: Store) -> None:
         else:
             for table in (batch_runs, batch_stages, batches, batch_configs):
                 conn.execute(table.delete())
-            for table in (events, steps, jobs, servers, epochs, api_tokens, feed_cursors,
-                          watches, evaluations, schedule_jobs, schedules, partitions,
+            for table in (events, steps, jobs, servers, epochs, ui_sessions, api_tokens,
+                          feed_cursors, watches, evaluations, schedule_jobs, schedules, partitions,
                           datasets, view_events, view_partitions, views):
                 conn.execute(table.delete())
 

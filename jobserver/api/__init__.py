@@ -2,8 +2,9 @@
 
 ``create_app()`` builds everything from config and starts nothing: no scheduler, no
 thread. Under gunicorn each worker calls it after forking, so no connection is shared
-between processes. Every route but ``/healthz`` needs a bearer token. Every answer
-names the node that gave it (``X-Jobserver-Node``).
+between processes. Every route but ``/healthz`` needs a bearer token, except the web
+dashboard's under ``/ui`` (``jobserver.ui``), which need its session instead. Every
+answer names the node that gave it (``X-Jobserver-Node``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PUBLIC_ENDPOINTS = frozenset({"health.healthz"})
+#: Where the web dashboard (``jobserver.ui``) is served.
+UI_PREFIX = "/ui"
 #: The header of every answer that names the node which gave it (``server.id``).
 NODE_HEADER = "X-Jobserver-Node"
 
@@ -122,19 +125,21 @@ def create_app(config: Config | None = None, store: Store | None = None,
     from jobserver.datasets import api as datasets
     from jobserver.schedules import api as schedules
     from jobserver.views import api as views
+    from jobserver import ui
 
     for module in (health, jobs, bulk, fences, logs, schedules, datasets, views, batches,
                    cluster, openapi, metrics):
         app.register_blueprint(module.blueprint)
+    ui.register(app)
     app.before_request(_start_timer)
     app.before_request(_authenticate)
     app.before_request(check_path)
     app.before_request(check_body)
     app.after_request(_count_request)
     app.after_request(_name_node)
-    app.register_error_handler(JobServerError, _jobserver_error)
-    app.register_error_handler(HTTPException, _http_error)
-    app.register_error_handler(Exception, _unexpected_error)
+    app.register_error_handler(JobServerError, jobserver_error_response)
+    app.register_error_handler(HTTPException, http_error_response)
+    app.register_error_handler(Exception, unexpected_error_response)
     return app
 
 
@@ -171,18 +176,26 @@ def error_response(status: int, code: str, message: str,
 
 
 def _authenticate() -> None:
-    """401 without a valid token, 403 outside the token's scopes (``api/auth.py``)."""
-    if request.endpoint in PUBLIC_ENDPOINTS:
+    """401 without a valid token, 403 outside the token's scopes (``api/auth.py``).
+    The dashboard's routes authorise by its session instead (``jobserver.ui.pages``);
+    a path under ``/ui`` that matches no route is left to be the 404 it is."""
+    if request.endpoint in PUBLIC_ENDPOINTS or _is_dashboard():
         return
     ctx = api()
     g.principal = authenticate(ctx.config, ctx.store, request.headers.get("Authorization", ""))
     authorize(g.principal, request.endpoint)
 
 
-def _jobserver_error(exc: JobServerError) -> tuple[Response, int]:
+def _is_dashboard() -> bool:
+    if request.url_rule is not None:
+        return request.blueprint == "ui"
+    return request.path == UI_PREFIX or request.path.startswith(UI_PREFIX + "/")
+
+
+def jobserver_error_response(exc: JobServerError) -> tuple[Response, int]:
     reply = error_reply(exc)
     if reply is None:
-        return _unexpected_error(exc)
+        return unexpected_error_response(exc)
     if isinstance(exc, StoreUnavailable):
         log.warning("%s %s: the store is unavailable: %s", request.method, request.path, exc)
     response = error_response(reply.status, reply.code, reply.message, reply.details)
@@ -190,7 +203,7 @@ def _jobserver_error(exc: JobServerError) -> tuple[Response, int]:
     return response
 
 
-def _http_error(exc: HTTPException) -> tuple[Response, int]:
+def http_error_response(exc: HTTPException) -> tuple[Response, int]:
     """Werkzeug's own errors (no route, a method a route does not take, a body over
     the limit) in the API's format, with what the client can do about them."""
     status = exc.code or 500
@@ -221,6 +234,6 @@ def _clipped(text: str, width: int = 200) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def _unexpected_error(exc: Exception) -> tuple[Response, int]:
+def unexpected_error_response(exc: Exception) -> tuple[Response, int]:
     log.exception("unhandled error on %s %s", request.method, request.path)
     return error_response(500, "internal_error", "internal server error; see the node's log")

@@ -133,13 +133,19 @@ def authenticate(config: Config, store: Any, authorization: str) -> Principal:
         if hmac.compare_digest(candidate.encode(), token.encode("utf-8", "surrogatepass")):
             matched = index
     if matched is not None:
-        return Principal(f"config token #{matched + 1}", ALL_SCOPES)
+        return config_token_principal(matched)
     verdict = store.tokens.authenticate(token)
     if verdict.token is None:
         reason = {"revoked": "token revoked", "expired": "token expired"}
         raise AuthError(reason.get(verdict.reason or "", "invalid token"),
                         {"header": "Authorization"})
     return Principal(verdict.token.name, frozenset(verdict.token.scopes), verdict.token.id)
+
+
+def config_token_principal(index: int) -> Principal:
+    """The caller holding the ``index``-th token of ``api.tokens`` (from 0): every scope,
+    named by its place, never by its secret."""
+    return Principal(f"config token #{index + 1}", ALL_SCOPES)
 
 
 def authorize(principal: Principal, endpoint: str | None) -> None:

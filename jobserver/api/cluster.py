@@ -2,15 +2,18 @@
 
 A node is shown alive only while the lock backend does not know it gone (see
 ``jobserver.presence``), so a ``kill -9`` shows within a second, not when its last
-heartbeat ages out; and "active" names one node: the one ``active`` names.
+heartbeat ages out; and "active" names one node: the one ``active`` names. The
+dashboard's cluster page shows the same judgement (:func:`cluster_view`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from flask import Blueprint
 from flask.typing import ResponseReturnValue
 
-from jobserver.api import api
+from jobserver.api import ApiContext, api
 from jobserver.api.serialize import server_json
 from jobserver.presence import active_node, alive_nodes
 from jobserver.store.records import ServerRecord
@@ -19,21 +22,45 @@ from schedulers import ACTIVE_LOCK
 blueprint = Blueprint("cluster", __name__, url_prefix="/api/v1")
 
 
-@blueprint.get("/cluster")
-def cluster() -> ResponseReturnValue:
-    ctx = api()
+@dataclass(frozen=True)
+class NodeView:
+    """A node with whether it is alive and its role, as judged now."""
+
+    server: ServerRecord
+    alive: bool
+    role: str
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    mode: str
+    lock_backend: str
+    active: str | None  # the node scheduling for the cluster (single, leader mode)
+    nodes: list[NodeView]
+
+
+def cluster_view(ctx: ApiContext) -> ClusterView:
+    """The nodes as the lock service and their heartbeats show them now: one read of
+    the ``servers`` table and of the active lock's holder."""
     servers = ctx.store.servers.list()
     alive = alive_nodes(servers, ctx.config.server.dead_after, ctx.presence)
     active_lock = ACTIVE_LOCK.get(ctx.config.scheduler.mode)
     active = active_node(ctx.store, active_lock, alive, ctx.presence)
-    nodes = [server_json(server, server.id in alive,
-                         _role(server, server.id in alive, active_lock, active))
+    nodes = [NodeView(server, server.id in alive,
+                      _role(server, server.id in alive, active_lock, active))
              for server in servers]
+    return ClusterView(ctx.config.scheduler.mode.value, ctx.config.lock.backend, active, nodes)
+
+
+@blueprint.get("/cluster")
+def cluster() -> ResponseReturnValue:
+    ctx = api()
+    view = cluster_view(ctx)
     return {
-        "mode": ctx.config.scheduler.mode.value,
-        "lock_backend": ctx.config.lock.backend,
-        "active": active,
-        "nodes": nodes,
+        "mode": view.mode,
+        "lock_backend": view.lock_backend,
+        "active": view.active,
+        "nodes": [server_json(node.server, node.alive, node.role) for node in view.nodes],
         "jobs": ctx.store.jobs.count_by_state(),
     }
 

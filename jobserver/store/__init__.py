@@ -2,13 +2,16 @@
 
 :class:`Store` owns the engine and hands out repositories by concern — ``jobs`` (what
 the API does), ``runs`` (what schedulers and runners do), ``fences`` (whether a
-run's claim is still current), ``servers`` (nodes and heartbeats), ``epochs`` (fence
-counters for lock backends), ``tokens`` (API tokens), ``retention`` (deleting old
-finished jobs, see :mod:`jobserver.store.retention`), ``step_logs`` (the full output of
-step attempts), ``schedules`` (the schedule catalog users change, see
-:mod:`jobserver.schedules.catalog`), ``datasets``, ``partitions`` and ``consumers`` (see
-:mod:`jobserver.datasets`), ``views`` (see :mod:`jobserver.views.store`), ``batch_configs``
-and ``batches`` (see :mod:`jobserver.batches`).
+run's claim is still current), ``browse`` (bounded lists and counts of jobs for the
+dashboard, see :mod:`jobserver.store.browse`), ``servers`` (nodes and heartbeats),
+``epochs`` (fence counters for lock backends), ``tokens`` (API tokens),
+``ui_sessions`` (the dashboard's sign-ins, see :mod:`jobserver.store.ui_sessions`),
+``retention`` (deleting old finished jobs, see :mod:`jobserver.store.retention`),
+``step_logs`` (the full output of step attempts), ``schedules`` (the schedule catalog
+users change, see :mod:`jobserver.schedules.catalog`), ``datasets``, ``partitions`` and
+``consumers`` (see :mod:`jobserver.datasets`), ``views`` (see
+:mod:`jobserver.views.store`), ``batch_configs`` and ``batches`` (see
+:mod:`jobserver.batches`).
 
 Every statement runs inside :class:`Transactions`, whose context managers raise
 :class:`~jobserver.exceptions.StoreError` (and its kinds, see
@@ -108,6 +111,7 @@ class Store:
         from jobserver.datasets.consumers import ConsumerCatalog
         from jobserver.datasets.partitions import PartitionRepository
         from jobserver.schedules.catalog import ScheduleCatalog
+        from jobserver.store.browse import JobBrowser
         from jobserver.store.epochs import EpochRepository
         from jobserver.store.fences import FenceRepository
         from jobserver.store.jobs import JobRepository
@@ -116,17 +120,20 @@ class Store:
         from jobserver.store.runs import RunRepository
         from jobserver.store.servers import ServerRepository
         from jobserver.store.tokens import TokenRepository
+        from jobserver.store.ui_sessions import UiSessionRepository
         from jobserver.views.store import ViewRepository
 
         self.url = url
         self.engine = make_engine(url, pool_size, stall_timeout)
         self.tx = Transactions(self.engine, notify)
         self.jobs = JobRepository(self.tx)
+        self.browse = JobBrowser(self.tx)
         self.runs = RunRepository(self.tx)
         self.fences = FenceRepository(self.tx)
         self.servers = ServerRepository(self.tx)
         self.epochs = EpochRepository(self.tx)
         self.tokens = TokenRepository(self.tx)
+        self.ui_sessions = UiSessionRepository(self.tx)
         self.retention = RetentionRepository(self.tx)
         self.step_logs = StepLogRepository(self.tx)
         self.schedules = ScheduleCatalog(self.tx)

@@ -344,6 +344,34 @@ class ApiTokenRow(Base):
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
+
+class UiSessionRow(Base):
+    """A signed-in session of the web dashboard (``jobserver.ui``), added by 0015.
+
+    The browser's cookie holds a random 256-bit id; the store keeps only its SHA-256
+    (``id_hash``), for the reason :class:`ApiTokenRow` keeps a plain digest. The
+    session stands for the token it was opened with and never holds that token:
+    a stored token by ``token_id`` (a revoked or expired token ends its sessions at
+    the next request; deleting the token deletes them), a token of the config by
+    ``config_token_hash`` (a session ends when its token leaves ``api.tokens``).
+    Both NULL: opened while ``api.auth`` was off, valid only while it stays off.
+    """
+
+    __tablename__ = "ui_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_tokens.id", ondelete="CASCADE"))
+    config_token_hash: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        # Sign-in deletes the expired sessions by this index.
+        Index("ix_ui_sessions_expires_at", "expires_at"),
+        Index("ix_ui_sessions_token_id", "token_id"),
+    )
+
 # The planners' tables live in their packages; importing them here puts them in
 # Base.metadata, which migrations and the drift test compare against.
 from jobserver.schedules import tables as _schedule_tables  # noqa: E402,F401

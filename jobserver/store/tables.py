@@ -9,7 +9,7 @@ from sqlalchemy import Connection, Table
 
 from jobserver.states import State, check_transition
 from jobserver.store.models import (ApiTokenRow, FeedCursorRow, JobDependencyRow, JobEventRow,
-                                    JobRow, LockEpochRow, ServerRow, StepRow)
+                                    JobRow, LockEpochRow, ServerRow, StepRow, UiSessionRow)
 from jobserver.store.queries import query
 from jobserver.store.records import Actor, ClaimToken
 
@@ -20,6 +20,7 @@ events = cast(Table, JobEventRow.__table__)
 servers = cast(Table, ServerRow.__table__)
 epochs = cast(Table, LockEpochRow.__table__)
 api_tokens = cast(Table, ApiTokenRow.__table__)
+ui_sessions = cast(Table, UiSessionRow.__table__)
 feed_cursors = cast(Table, FeedCursorRow.__table__)
 job_dependencies = cast(Table, JobDependencyRow.__table__)
 

@@ -25,6 +25,7 @@ from jobserver.api import create_app
 from jobserver.api.requests import MAX_JSON_DEPTH
 from jobserver.config import load_config
 from jobserver.store import Store
+from jobserver.ui.pages import PUBLIC as UI_PUBLIC
 from tests.helpers import job_spec
 
 TOKEN = "errors-token-0123456789abcdef"
@@ -99,7 +100,7 @@ def test_the_sweep_sees_every_blueprint(app: Flask) -> None:
     """The URL map is what the sweeps walk: it must hold the routes of every part."""
     paths = {rule.rule for rule in rules(app)}
     for prefix in ("/api/v1/jobs", "/api/v1/schedules", "/api/v1/datasets", "/api/v1/views",
-                   "/api/v1/batches", "/api/v1/cluster", "/metrics", "/healthz"):
+                   "/api/v1/batches", "/api/v1/cluster", "/metrics", "/healthz", "/ui/"):
         assert any(path.startswith(prefix) for path in paths), prefix
 
 
@@ -216,8 +217,10 @@ def test_malformed_json_is_still_called_malformed(client: FlaskClient) -> None:
 
 def test_every_route_but_the_health_check_answers_401_in_json(app: Flask,
                                                               client: FlaskClient) -> None:
+    """The dashboard's pages too: without a session, a client that does not ask for
+    HTML gets the API's 401 (its sign-in page and static files are public)."""
     for rule in rules(app):
-        if rule.rule == "/healthz":
+        if rule.rule == "/healthz" or rule.endpoint in UI_PUBLIC:
             continue
         for method in methods_of(rule):
             response = client.open(path_of(rule), method=method, data=b"{}",

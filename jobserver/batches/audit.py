@@ -71,6 +71,14 @@ class BatchAudit:
         found = self._batches.list(BatchFilter(system=where.system, location=where.location,
                                                since=where.since, until=where.until,
                                                limit=where.limit))
+        return self._units(found, where)
+
+    def of_batch(self, batch: BatchRecord) -> list[AuditRow]:
+        """The work units of one batch (as :meth:`BatchStore.get` reads it): it, its
+        stages, their jobs."""
+        return self._units([batch], AuditFilter())
+
+    def _units(self, found: list[BatchRecord], where: AuditFilter) -> list[AuditRow]:
         job_steps = self._steps([s.job_id for b in found for s in b.stages if s.job_id])
         rows: list[AuditRow] = []
         for batch in found:

@@ -139,6 +139,28 @@ class BatchStore:
         with self._tx.read() as conn:
             return self._with_stages(conn, conn.execute(query).mappings().all())
 
+    def get(self, batch_id: int) -> BatchRecord:
+        """One batch with its stages; :class:`NotFound` if none."""
+        with self._tx.read() as conn:
+            rows = conn.execute(select(batches).where(batches.c.id == batch_id)).mappings().all()
+            if not rows:
+                raise NotFound(f"batch {batch_id} does not exist", {"batch_id": batch_id})
+            return self._with_stages(conn, rows)[0]
+
+    def business_dates(self, system: str | None = None, location: str | None = None,
+                       before: date | None = None, limit: int = 14) -> builtins.list[date]:
+        """The newest ``limit`` business dates that have a batch (of ``system`` and
+        ``location`` when given), before ``before`` when given, newest first."""
+        query = select(batches.c.business_date).distinct()
+        for column, value in ((batches.c.system, system), (batches.c.location, location)):
+            if value is not None:
+                query = query.where(column == value)
+        if before is not None:
+            query = query.where(batches.c.business_date < before)
+        query = query.order_by(batches.c.business_date.desc()).limit(max(1, min(limit, MAX_PAGE)))
+        with self._tx.read() as conn:
+            return [_date(day) for day in conn.execute(query).scalars()]
+
     # -- stages -------------------------------------------------------------------------
     @staticmethod
     def stage(conn: Connection, batch_id: int, stage: str) -> StageRecord:

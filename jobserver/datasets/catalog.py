@@ -79,10 +79,12 @@ class DatasetCatalog:
             conn.execute(delete(datasets).where(datasets.c.id == row["id"]))
 
     # -- reads ------------------------------------------------------------------------
-    def get(self, namespace: str, name: str) -> DatasetRecord:
-        """The dataset with its partition count; :class:`NotFound` if none."""
+    def get(self, namespace: str, name: str, count: bool = True) -> DatasetRecord:
+        """The dataset with its partition count (unless not ``count``: a count reads
+        every partition's index entry); :class:`NotFound` if none."""
         with self._tx.read() as conn:
-            return self._get(conn, self._found(conn, namespace, name, lock=False)["id"])
+            row = self._found(conn, namespace, name, lock=False)
+            return self._get(conn, row["id"]) if count else DatasetRecord.from_row(row)
 
     def find(self, conn: Connection, namespace: str, name: str,
              share: bool = False) -> DatasetRecord:

@@ -13,6 +13,7 @@ from jobserver.schedules.catalog import utcnow
 from jobserver.schedules.records import EvaluationRecord, ScheduleJobRecord, ScheduleRecord
 from jobserver.exceptions import JobServerError
 from jobserver.schedules.spec import ScheduleSpec, TimeTrigger, leaves, load_spec
+from jobserver.schedules.words import trigger_words
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def _time(value: datetime | None) -> str | None:
 
 
 def schedule_json(schedule: ScheduleRecord) -> dict[str, Any]:
-    spec = _spec(schedule)
+    spec = stored_spec(schedule)
     return {
         "namespace": schedule.namespace, "name": schedule.name, "id": schedule.id,
         "generation": schedule.generation, "enabled": schedule.enabled,
@@ -76,7 +77,7 @@ def next_fire_time(schedule: ScheduleRecord, spec: ScheduleSpec | None,
     return min((time for time in times if time is not None), default=None)
 
 
-def _spec(schedule: ScheduleRecord) -> ScheduleSpec | None:
+def stored_spec(schedule: ScheduleRecord) -> ScheduleSpec | None:
     """The stored spec as a model again. One that no longer validates (a time zone
     dropped from the system's database) is shown without its derived fields."""
     try:
@@ -90,6 +91,4 @@ def _spec(schedule: ScheduleRecord) -> ScheduleSpec | None:
 def _trigger_text(spec: ScheduleSpec | None) -> str | None:
     if spec is None:
         return None
-    from jobserver.schedules.timing import describe
-
-    return describe(spec.trigger)
+    return trigger_words(spec.trigger)

@@ -20,7 +20,7 @@ from typing import Any
 
 from jobserver.schedules.spec import (AndTrigger, JobStatusTrigger, LeafTrigger, OrTrigger,
                                       PartitionTrigger, TimeTrigger, Trigger, leaves, qualify)
-from jobserver.schedules.timing import describe
+from jobserver.schedules.words import time_words
 
 KINDS = {TimeTrigger: "time", JobStatusTrigger: "job_status", PartitionTrigger: "partition"}
 
@@ -150,7 +150,7 @@ def _leaf_words(leaf: LeafTrigger, record: dict[str, Any]) -> str:
         return f"{target} {'|'.join(leaf.states)} {mark}"
     if isinstance(leaf, PartitionTrigger):
         return f"dataset {leaf.dataset} {int(record.get('count', 0))}/{leaf.count} {mark}"
-    return f"time {describe(leaf)} {mark}"
+    return f"time {time_words(leaf)} {mark}"
 
 
 def _explain(trigger: Trigger, state: dict[str, Any], path: str) -> str:

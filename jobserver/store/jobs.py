@@ -273,6 +273,15 @@ class JobRepository:
         with self._tx.read() as conn:
             return count_stuck(conn, mode, dead_after, older_than)
 
+    def states(self, job_ids: builtins.list[int]) -> dict[int, State]:
+        """The state of each job of ``job_ids`` that exists (one primary-key lookup)."""
+        if not job_ids:
+            return {}
+        with self._tx.read() as conn:
+            rows = conn.execute(select(jobs.c.id, jobs.c.state)
+                                .where(jobs.c.id.in_(sorted(set(job_ids)))))
+            return {int(job_id): State(state) for job_id, state in rows}
+
     def count_by_state(self) -> dict[str, int]:
         with self._tx.read() as conn:
             rows = conn.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))

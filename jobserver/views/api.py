@@ -91,8 +91,9 @@ def _catalog() -> ViewCatalog:
     return ViewCatalog(api().store, api().policy)
 
 
-def _materializer() -> Materializer:
-    """One per application: it keeps the parsed definitions between requests."""
+def materializer() -> Materializer:
+    """The application's one materializer (the API's and the dashboard's): it keeps
+    the parsed definitions between requests."""
     found = current_app.extensions.get("jobserver.views")
     if found is None:
         found = current_app.extensions["jobserver.views"] = Materializer(
@@ -186,7 +187,7 @@ def delete_view_definition(package: str, view: str) -> ResponseReturnValue:
 @blueprint.post("/views/materialize")
 def materialize() -> ResponseReturnValue:
     body: MaterializeBody = _parsed(MaterializeBody, _body())
-    outcome = _materializer().materialize(body.pattern, body.mode, body.plan)
+    outcome = materializer().materialize(body.pattern, body.mode, body.plan)
     return outcome_json(body.pattern, body.mode, outcome)
 
 
@@ -202,14 +203,14 @@ def materialize_path(pattern: str) -> ResponseReturnValue:
     if len(pattern) > MAX_PATTERN:
         raise InvalidRequest("pattern: too long", [{"field": "pattern", "message":
                                                     f"at most {MAX_PATTERN} characters"}])
-    outcome = _materializer().materialize(pattern, query.mode, query.plan)
+    outcome = materializer().materialize(pattern, query.mode, query.plan)
     return outcome_json(pattern, query.mode, outcome)
 
 
 @blueprint.post("/views/invalidate")
 def invalidate() -> ResponseReturnValue:
     body: InvalidateBody = _parsed(InvalidateBody, _body())
-    addresses = _materializer().addresses(body.pattern)
+    addresses = materializer().addresses(body.pattern)
     changed = api().store.views.invalidate(addresses)
     return {"pattern": body.pattern, "addressed": len(addresses), "invalidated": changed}
 
@@ -217,7 +218,7 @@ def invalidate() -> ResponseReturnValue:
 @blueprint.get("/views")
 def list_views() -> ResponseReturnValue:
     query = _query(ViewsQuery)
-    report = view_status(_materializer(), api().store.views, query.pattern, query.status,
+    report = view_status(materializer(), api().store.views, query.pattern, query.status,
                          query.dependencies, query.limit)
     reply: dict[str, Any] = {"overview": report.overview, "truncated": report.truncated}
     if not query.overview:

@@ -11,9 +11,8 @@ import pytest
 from apscheduler.triggers.cron import CronTrigger
 
 from jobserver.exceptions import TriggerError
-from jobserver.schedules.spec import TimeTrigger, parse_schedule
-from jobserver.schedules.timing import FireTimes, describe, parse_days_of_week
-from jobserver.spec import Policy
+from jobserver.schedules.spec import TimeTrigger
+from jobserver.schedules.timing import FireTimes, parse_days_of_week
 
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -189,32 +188,3 @@ def test_a_time_that_does_not_advance_is_stepped_past(monkeypatch: pytest.Monkey
     monkeypatch.setattr(CronTrigger, "get_next_fire_time", once_stale)
     times = FireTimes.of(time_trigger(cron="0 * * * *"), ANCHOR)
     assert times.next_after(at(2026, 1, 1)) == at(2026, 1, 1, 1)
-
-
-@pytest.mark.parametrize("trigger, words", [
-    ({"cron": "0 4 * * *", "timezone": "Europe/Berlin"},
-     "cron 0 4 * * * (every day at 04:00) Europe/Berlin"),
-    ({"cron": "30 6 * * 1-5"}, "cron 30 6 * * 1-5 (on Mon,Tue,Wed,Thu,Fri at 06:30) UTC"),
-    ({"cron": "0 6 * * 0,6"}, "cron 0 6 * * 0,6 (on Sat,Sun at 06:00) UTC"),
-    ({"cron": "*/5 * * * *"}, "cron */5 * * * * (every 5 minutes) UTC"),
-    ({"cron": "15 * * * *"}, "cron 15 * * * * (every hour at minute 15) UTC"),
-    ({"cron": "0 0 13 * 5"}, "cron 0 0 13 * 5 UTC"),
-    ({"interval": "15m"}, "every 15m"), ({"interval": 5400}, "every 1h30m"),
-    ({"calendar": {"months": 1, "hour": 4}}, "every 1 months at 04:00:00 UTC"),
-])
-def test_describe_time(trigger: dict[str, Any], words: str) -> None:
-    assert describe(time_trigger(**trigger)) == words
-
-
-def test_describe_tree() -> None:
-    spec = parse_schedule({
-        "name": "s", "template": {"name": "j", "steps": [{"type": "noop", "name": "a"}]},
-        "trigger": {"type": "and", "parts": [
-            {"type": "job_status", "job": "etl"},
-            {"type": "or", "parts": [
-                {"type": "job_status", "schedule": "ns/w2", "states": ["ERROR", "STOPPED"]},
-                {"type": "partition", "dataset": "logs", "count": 3}]}]}},
-        Policy(lambda name: False, None))
-    assert describe(spec.trigger) == (
-        "and(when job etl ends SUCCEED, or(when schedule ns/w2 ends ERROR or STOPPED, "
-        "when 3 new partitions of dataset logs))")

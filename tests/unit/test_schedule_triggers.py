@@ -95,7 +95,7 @@ def test_a_lone_time_trigger() -> None:
     trigger = tree({"type": "time", "interval": 60})
     note = Notification(part="", kind="time", at=NOW, fire_time=NOW)
     assert satisfied(trigger, deliver(trigger, {}, note))
-    assert explain(trigger, {}) == "time every 1m [ ]"
+    assert explain(trigger, {}) == "time every minute [ ]"
 
 
 @pytest.mark.parametrize("note", [

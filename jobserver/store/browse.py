@@ -25,16 +25,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 from sqlalchemy import Connection, RowMapping, Select, case, func, literal, select, text
-from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.functions import FunctionElement
 
 from jobserver.states import State
 from jobserver.store import Transactions
-from jobserver.store.engine import store_now
+from jobserver.store.engine import epoch_minute, store_now
 from jobserver.store.models import FINISHED_JOBS
 from jobserver.store.records import EventRecord, JobRecord
 from jobserver.store.tables import events, jobs, steps
@@ -86,28 +83,6 @@ class Throughput:
     @property
     def total(self) -> int:
         return sum(sum(counts) for counts in self.per_minute.values())
-
-
-class epoch_minute(FunctionElement[Any]):
-    """Whole minutes since the Unix epoch of a timestamp (the floor)."""
-
-    inherit_cache = True
-
-    def __init__(self, column: Any) -> None:
-        super().__init__(column)
-
-
-@compiles(epoch_minute, "postgresql")
-def _minute_postgresql(element: epoch_minute, compiler: Any, **kw: Any) -> str:
-    column = compiler.process(element.clauses, **kw)
-    return f"CAST(floor(extract(epoch from {column}) / 60) AS bigint)"
-
-
-@compiles(epoch_minute, "sqlite")
-def _minute_sqlite(element: epoch_minute, compiler: Any, **kw: Any) -> str:
-    column = compiler.process(element.clauses, **kw)
-    # Integer division of the (never negative) seconds is the floor.
-    return f"(CAST(strftime('%s', {column}) AS INTEGER) / 60)"
 
 
 @dataclass(frozen=True)

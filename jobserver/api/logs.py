@@ -20,6 +20,7 @@ from jobserver.api import api
 from jobserver.api.jobs import JOB
 from jobserver.exceptions import InvalidRequest, NotFound
 from jobserver.spec import field_path
+from jobserver.store import Store
 from jobserver.store.logs import LogKey
 
 blueprint = Blueprint("logs", __name__, url_prefix="/api/v1/jobs")
@@ -48,9 +49,15 @@ def _query() -> LogQuery:
 @blueprint.get(f"{JOB}/steps/<name>/log")
 def step_log(job_id: int, name: str) -> ResponseReturnValue:
     query = _query()
-    store = api().store
+    return log_response(api().store, job_id, name, query.attempt, query.offset)
+
+
+def log_response(store: Store, job_id: int, name: str, attempt: int | None,
+                 offset: int = 0) -> Response:
+    """The log of step ``name``'s ``attempt`` (the newest if None) from ``offset``,
+    streamed, with its ``X-Log-*`` headers (also the dashboard's log route)."""
     progress = store.step_logs.progress(job_id, name)
-    attempt = query.attempt or progress.attempt
+    attempt = attempt or progress.attempt
     where = {"job_id": job_id, "step": name, "attempt": attempt}
     if progress.attempt == 0:
         raise NotFound(f"step {name!r} of job {job_id} has not run yet", where)
@@ -59,7 +66,7 @@ def step_log(job_id: int, name: str) -> ResponseReturnValue:
                        f"(its newest is {progress.attempt})", where)
     # Read before the body: an attempt that had ended then has all its chunks stored.
     complete = progress.complete(attempt)
-    body = store.step_logs.read(LogKey(job_id, name, attempt), query.offset)
+    body = store.step_logs.read(LogKey(job_id, name, attempt), offset)
     return Response(body, content_type="text/plain; charset=utf-8", headers={
         "X-Log-Attempt": str(attempt), "X-Log-Complete": "true" if complete else "false"})
 

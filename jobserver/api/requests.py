@@ -84,11 +84,14 @@ def json_depth(raw: bytes) -> int:
     return max(accumulate(array("b", brackets.translate(_SIGNS))), default=0)
 
 
-def parse_query(model: type[Query], **extra: Any) -> Query:
+def parse_query(model: type[Query], blank_is_absent: bool = False, **extra: Any) -> Query:
     """The query string (each parameter once) as ``model``; ``extra``: values read
-    otherwise (a repeated parameter), validated with the rest."""
+    otherwise (a repeated parameter), validated with the rest. ``blank_is_absent``:
+    a parameter sent empty counts as not sent (an HTML form's empty fields)."""
+    args = {name: value for name, value in request.args.to_dict().items()
+            if value != "" or not blank_is_absent}
     try:
-        return model.model_validate({**request.args.to_dict(), **extra})
+        return model.model_validate({**args, **extra})
     except ValidationError as exc:
         details = [{"field": field_path(e["loc"]),
                     "message": "unknown query parameter" if e["type"] == "extra_forbidden"

@@ -6,12 +6,13 @@ import builtins
 import json
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, case, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from jobserver.exceptions import Conflict, ConstraintViolation, IllegalTransition, NotFound
 from jobserver.spec import JobSpec, step_columns
 from jobserver.states import Operation, State
 from jobserver.store import WAKE_CHANNEL, Transactions, pgsubmit
+from jobserver.store.browse import step_progress
 from jobserver.store.dependencies import NewJob, insert_linked, recount, upstreams_of
 from jobserver.store.engine import store_now
 from jobserver.store.intake import BatchItem, Submitted, insert_ready, submit_batch
@@ -247,21 +248,11 @@ class JobRepository:
         with self._tx.read() as conn:
             rows = conn.execute(query).mappings().all()
             page = rows[:limit]
-            progress = self._progress(conn, [row["id"] for row in page])
+            progress = step_progress(conn, [row["id"] for row in page])
         records = [JobRecord.from_row(row, steps_done=progress.get(row["id"], (0, 0))[0],
                                       steps_total=progress.get(row["id"], (0, 0))[1])
                    for row in page]
         return records, (page[-1]["id"] if len(rows) > limit else None)
-
-    @staticmethod
-    def _progress(conn: Connection,
-                  job_ids: builtins.list[int]) -> dict[int, tuple[int, int]]:
-        if not job_ids:
-            return {}
-        done = func.sum(case((steps.c.state == State.SUCCEED.value, 1), else_=0))
-        rows = conn.execute(select(steps.c.job_id, done, func.count())
-                            .where(steps.c.job_id.in_(job_ids)).group_by(steps.c.job_id))
-        return {job_id: (int(d or 0), int(total)) for job_id, d, total in rows}
 
     def events(self, job_id: int) -> builtins.list[EventRecord]:
         with self._tx.read() as conn:

@@ -16,6 +16,25 @@
     }
   }
 
+  // A datetime-local input marked data-utc-field="NAME" edits, in local time, the
+  // hidden input NAME, which holds (and sends) the same moment in UTC.
+  function utcFields(root) {
+    const pad = (n) => String(n).padStart(2, "0");
+    for (const input of root.querySelectorAll("input[data-utc-field]")) {
+      const hidden = input.form && input.form.elements.namedItem(input.dataset.utcField);
+      if (!hidden) continue;
+      const when = hidden.value ? new Date(hidden.value) : null;
+      if (when && !isNaN(when)) {
+        input.value = `${when.getFullYear()}-${pad(when.getMonth() + 1)}-${pad(when.getDate())}` +
+          `T${pad(when.getHours())}:${pad(when.getMinutes())}:${pad(when.getSeconds())}`;
+      }
+      input.addEventListener("change", () => {
+        const local = input.value ? new Date(input.value) : null;
+        hidden.value = local && !isNaN(local) ? local.toISOString().replace(".000Z", "Z") : "";
+      });
+    }
+  }
+
   function signInAgain() {
     const back = window.location.pathname + window.location.search;
     window.location.assign("/ui/sign-in?next=" + encodeURIComponent(back));
@@ -41,21 +60,34 @@
     if (!answer.ok) { el.classList.add("stale"); return; }
     const html = await answer.text();
     if (dialog && dialog.open) return;
+    // What the visitor opened stays open across the refresh.
+    const opened = [...el.querySelectorAll("details[id][open]")].map((d) => d.id);
+    const closed = [...el.querySelectorAll("details[id]:not([open])")].map((d) => d.id);
     el.innerHTML = html;
+    for (const id of opened) { const d = document.getElementById(id); if (d) d.open = true; }
+    for (const id of closed) { const d = document.getElementById(id); if (d) d.open = false; }
     el.classList.remove("stale");
     localTimes(el);
+    if (el.querySelector("[data-refresh-stop]")) stopRefresh(el);
     el.dispatchEvent(new CustomEvent("ui:refreshed", {bubbles: true}));
+  }
+
+  const timers = new Map();
+
+  function stopRefresh(el) {
+    window.clearInterval(timers.get(el));
+    timers.delete(el);
   }
 
   function startRefresh() {
     const every = Number(document.body.dataset.refreshMs) || 2000;
     for (const el of document.querySelectorAll("[data-refresh]")) {
       let busy = false;
-      window.setInterval(async () => {
+      timers.set(el, window.setInterval(async () => {
         if (busy) return;
         busy = true;
         try { await refresh(el); } finally { busy = false; }
-      }, every);
+      }, every));
     }
   }
 
@@ -79,6 +111,7 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     localTimes(document);
+    utcFields(document);
     confirmations();
     startRefresh();
   });

@@ -14,7 +14,7 @@ from flask import Flask
 
 #: The page modules, imported by :func:`register` to put their routes on the
 #: blueprint; the navigation lists their pages in this order (``pages.NAV``).
-PAGES: tuple[str, ...] = ("cluster", "jobs", "job")
+PAGES: tuple[str, ...] = ("cluster", "jobs", "job", "schedules", "datasets", "views", "batches")
 #: Modules every dashboard has besides its pages: the shared decorators and hooks,
 #: and signing in and out.
 _CORE = ("pages", "signin")

@@ -62,6 +62,11 @@ class ViewGrid:
     counts: dict[str, int] = field(default_factory=dict)
     problem: str | None = None
 
+    @property
+    def cells(self) -> list[Cell]:
+        """Every cell, row by row."""
+        return [cell for row in self.rows for cell in row.cells.values()]
+
 
 def place(address: ViewAddress, parameters: list[str]) -> tuple[str, str]:
     """(row label, column) of a partition: the date its year/month/day parameters
@@ -113,8 +118,7 @@ def view_grid(materializer: Materializer, store: Store, pattern: str) -> ViewGri
         columns.add(column)
     grid.rows = list(rows.values())
     grid.columns = sorted(columns)
-    grid.counts = dict(Counter(cell.state.value for row in grid.rows
-                               for cell in row.cells.values()))
+    grid.counts = dict(Counter(cell.state.value for cell in grid.cells))
     return grid
 
 

@@ -1,0 +1,61 @@
+"""The batches pages: the control table as a grid (system × location rows, business
+dates as columns, each cell the stages' statuses) and one batch's runtime audit.
+
+Reads (:mod:`jobserver.ui.batch_grid`): the newest 14 distinct business dates
+(``DISTINCT … ORDER BY business_date DESC LIMIT``), the batches of those dates (at
+most 500) with their stage rows; for a batch, its row, its stage rows and the steps
+of its stages' engine jobs by job id. Nothing scans the jobs table.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from typing import Any
+
+from flask import render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from jobserver.api import api
+from jobserver.api.requests import MAX_ID
+from jobserver.schedules.spec import IDENT
+from jobserver.store.tokens import READ
+from jobserver.ui.batch_grid import batch_audit, batch_grid
+from jobserver.ui.blueprint import blueprint
+from jobserver.ui.pages import ui_page
+from jobserver.ui.planners import column_groups
+
+
+def _name(field: str) -> str | None:
+    value = request.args.get(field, "").strip()
+    return value if re.fullmatch(IDENT, value) else None
+
+
+def _before() -> date | None:
+    try:
+        return date.fromisoformat(request.args.get("before", ""))
+    except ValueError:
+        return None
+
+
+@blueprint.get("/batches")
+@ui_page(READ)
+def batches() -> ResponseReturnValue:
+    system, location = _name("system"), _name("location")
+    grid = batch_grid(api().store, system, location, _before())
+    filters = {"system": system, "location": location}
+    given: dict[str, Any] = {name: value for name, value in filters.items() if value}
+    older_url = (url_for("ui.batches", before=grid.older.isoformat(), **given)
+                 if grid.older else None)
+    newest_url = url_for("ui.batches", **given) if _before() else None
+    return render_template("ui/batches.html", grid=grid, filters=filters,
+                           groups=column_groups([day.isoformat() for day in grid.dates]),
+                           older_url=older_url, newest_url=newest_url)
+
+
+@blueprint.get(f"/batches/<int(max={MAX_ID}):batch_id>")
+@ui_page(READ)
+def batch(batch_id: int) -> ResponseReturnValue:
+    page = batch_audit(api().store, batch_id)
+    return render_template("ui/batch.html", batch=page.batch, units=page.units,
+                           active_nav="ui.batches")

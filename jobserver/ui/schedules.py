@@ -1,0 +1,62 @@
+"""The schedules pages: every schedule with its trigger in words, next fire time and
+pending schedule-job; one schedule's constraints, schedule-jobs and evaluations; and
+the enabled switch.
+
+Reads (:mod:`jobserver.ui.schedule_board`): a page of 50 schedules by their
+(namespace, name) index and their pending schedule-jobs; for one schedule its row,
+its newest 20 schedule-jobs and evaluations by (schedule_id, id), the states of the
+jobs those launched by primary key. The switch is the catalog's enable or disable,
+the call the API's ``POST …/enable|disable`` makes, with the API's scope
+(``operate``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from flask import redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from jobserver.api import api
+from jobserver.schedules.api import NAME_CURSOR
+from jobserver.store.tokens import OPERATE, READ
+from jobserver.ui.blueprint import blueprint
+from jobserver.ui.pages import ui_action, ui_page
+from jobserver.ui.planners import back_to
+from jobserver.ui.schedule_board import schedule_detail, schedule_rows
+
+SCHEDULE = "/schedules/<namespace>/<name>"
+
+
+def _after() -> tuple[str, str] | None:
+    """The page's start (``?after=namespace/name``); anything else starts at the top."""
+    text = request.args.get("after", "")
+    if not re.fullmatch(NAME_CURSOR, text):
+        return None
+    namespace, _, name = text.partition("/")
+    return namespace, name
+
+
+@blueprint.get("/schedules")
+@ui_page(READ)
+def schedules() -> ResponseReturnValue:
+    rows, following = schedule_rows(api().store, after=_after())
+    next_url = url_for("ui.schedules", after="/".join(following)) if following else None
+    return render_template("ui/schedules.html", rows=rows, next_url=next_url)
+
+
+@blueprint.get(SCHEDULE)
+@ui_page(READ)
+def schedule(namespace: str, name: str) -> ResponseReturnValue:
+    detail = schedule_detail(api().store, namespace, name)
+    return render_template("ui/schedule.html", detail=detail, record=detail.row.record,
+                           active_nav="ui.schedules")
+
+
+@blueprint.post(f"{SCHEDULE}/<any(enable, disable):action>")
+@ui_action(OPERATE)
+def schedule_switch(namespace: str, name: str, action: str) -> ResponseReturnValue:
+    """Enable or disable, then back to the page the switch was on."""
+    catalog = api().store.schedules
+    (catalog.enable if action == "enable" else catalog.disable)(namespace, name)
+    return redirect(back_to("ui.schedule", namespace=namespace, name=name), 303)

@@ -1,0 +1,125 @@
+"""The views page: the status grid of a pattern (rows: views, columns: days), with
+every cell's state, last transformation and the planner's ``--plan`` decision; and
+``materialize`` and ``invalidate`` of a pattern, each shown before it runs.
+
+Reads (:mod:`jobserver.ui.view_grid`): the definitions (one statement, parsed once
+per version by the app's materializer), the stored partitions the pattern addresses
+and those they depend on (one statement per view), never the jobs table; a pattern
+addressing more than 1,000 partitions is refused by the parser before any is
+built. Scopes as the API's: the plan and the run of ``materialize`` need ``submit``,
+``invalidate`` needs ``operate``. A refused pattern (malformed, too wide, an unknown
+view) answers 422 with the page and the parser's message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from flask import redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from jobserver.api import api
+from jobserver.exceptions import InvalidRequest
+from jobserver.store.tokens import OPERATE, READ, SUBMIT
+from jobserver.ui.blueprint import blueprint
+from jobserver.ui.pages import ui_action, ui_page
+from jobserver.ui.planners import column_groups
+from jobserver.ui.view_grid import (LISTED, Plan, invalidate, invalidation_of, materialize,
+                                    plan_of, view_grid)
+from jobserver.views.api import materializer
+from jobserver.views.model import Mode
+from jobserver.views.spec import load_view
+
+#: Cells a grid also lists as rows of a table, with their reasons in full.
+DETAILED = 100
+#: Decisions a plan page lists at most (all are counted).
+MAX_SHOWN = 500
+
+
+def _pattern(source: Mapping[str, str]) -> str:
+    return (source.get("pattern") or "").strip()
+
+
+def _mode(text: str | None) -> Mode:
+    try:
+        return Mode(text or Mode.DEFAULT.value)
+    except ValueError:
+        choices = ", ".join(mode.value for mode in Mode)
+        raise InvalidRequest(f"mode: {text!r} is not a mode; expected one of {choices}",
+                             [{"field": "mode", "message": f"one of {choices}"}]) from None
+
+
+@blueprint.get("/views")
+@ui_page(READ)
+def views() -> ResponseReturnValue:
+    pattern = _pattern(request.args)
+    grid = view_grid(materializer(), api().store, pattern) if pattern else None
+    definitions = [load_view(d.spec) for d in api().store.views.definitions()]
+    invalidated = request.args.get("invalidated", "")
+    return render_template(
+        "ui/views.html", pattern=pattern, grid=grid, definitions=definitions,
+        groups=column_groups(grid.columns) if grid else [], detailed=DETAILED,
+        invalidated=int(invalidated) if invalidated.isdigit() else None,
+        modes=list(Mode)), 422 if grid is not None and grid.problem else 200
+
+
+def _plan_page(plan: Plan | None, pattern: str, mode: Mode, status: int = 200,
+               problem: str | None = None, notice: str | None = None,
+               jobs: dict[str, int] | None = None) -> ResponseReturnValue:
+    return render_template("ui/view_plan.html", plan=plan, pattern=pattern, mode=mode,
+                           problem=problem, notice=notice, jobs=jobs, max_shown=MAX_SHOWN,
+                           modes=list(Mode), active_nav="ui.views"), status
+
+
+@blueprint.get("/views/materialize")
+@ui_page(SUBMIT)
+def views_plan() -> ResponseReturnValue:
+    """What materializing the pattern would do, with the button that does it."""
+    pattern, mode = _pattern(request.args), _mode(request.args.get("mode"))
+    try:
+        return _plan_page(plan_of(materializer(), pattern, mode), pattern, mode)
+    except InvalidRequest as exc:
+        return _plan_page(None, pattern, mode, 422, problem=exc.message)
+
+
+@blueprint.post("/views/materialize")
+@ui_action(SUBMIT)
+def views_materialize() -> ResponseReturnValue:
+    """Run the plan that was shown; a plan that changed meanwhile is shown again."""
+    pattern, mode = _pattern(request.form), _mode(request.form.get("mode"))
+    try:
+        plan, outcome = materialize(materializer(), pattern, mode,
+                                    request.form.get("digest", ""))
+    except InvalidRequest as exc:
+        return _plan_page(None, pattern, mode, 422, problem=exc.message)
+    if outcome is None:
+        return _plan_page(plan, pattern, mode, 409, notice=(
+            "The plan changed since it was shown (another request or a job moved "
+            "things on): this is the plan now. Nothing has run; confirm again to run it."))
+    jobs = {address.path: job for address, job in outcome.jobs.items()}
+    return _plan_page(plan, pattern, mode, jobs=jobs)
+
+
+@blueprint.get("/views/invalidate")
+@ui_page(OPERATE)
+def views_invalidation() -> ResponseReturnValue:
+    pattern = _pattern(request.args)
+    try:
+        preview = invalidation_of(materializer(), api().store, pattern)
+    except InvalidRequest as exc:
+        return render_template("ui/view_invalidate.html", preview=None, pattern=pattern,
+                               problem=exc.message, active_nav="ui.views"), 422
+    return render_template("ui/view_invalidate.html", preview=preview, pattern=pattern,
+                           listed=LISTED, problem=None, active_nav="ui.views")
+
+
+@blueprint.post("/views/invalidate")
+@ui_action(OPERATE)
+def views_invalidate() -> ResponseReturnValue:
+    pattern = _pattern(request.form)
+    try:
+        changed = invalidate(materializer(), api().store, pattern)
+    except InvalidRequest as exc:
+        return render_template("ui/view_invalidate.html", preview=None, pattern=pattern,
+                               problem=exc.message, active_nav="ui.views"), 422
+    return redirect(url_for("ui.views", pattern=pattern, invalidated=changed), 303)

@@ -92,6 +92,9 @@ def test_pause_and_resume_a_running_job(page: Any, cluster: UiCluster,
         expect(page.locator(".notice")).to_have_text("Paused.")
         expect(page.locator("#job-state .badge")).to_have_text("STOPPED")
         assert cluster.api.job(job_id)["state"] == "STOPPED"
+        # The running step is stopped a moment later; the page shows that too.
+        expect(page.locator("svg.dag [data-step=wait]")).to_have_attribute(
+            "data-state", "STOPPED")
         assert page.locator(".actions button").all_inner_texts() == [
             "Resume", "Rerun", "Discard"]
         shot(page, "paused")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +33,11 @@ from jobserver.store import Store
 from tests.conftest import PG_ADMIN_URL, missing_service
 from tests.helpers import free_port
 from tests.integration.nodes import TOKEN, Api, Harness, Proc
+
+try:  # the tests take expect from here, so that a missing Playwright skips (fails in CI)
+    from playwright.sync_api import expect  # noqa: F401 - re-exported
+except ImportError:  # the browser fixture says what is missing
+    expect = None
 
 CHROMIUM = "/usr/bin/chromium"
 NODES = ("node-1", "node-2", "node-3")
@@ -160,7 +164,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 # -- the browser ------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
+    if not os.path.exists(CHROMIUM):
         missing_service(f"Chromium is not installed ({CHROMIUM}; Debian package 'chromium')")
     try:
         from playwright.sync_api import sync_playwright

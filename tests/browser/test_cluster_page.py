@@ -6,9 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from playwright.sync_api import expect
-
-from tests.browser.conftest import NODES, UiCluster, shot, sign_in
+from tests.browser.conftest import NODES, UiCluster, expect, shot, sign_in
 from tests.integration.nodes import TOKEN
 
 

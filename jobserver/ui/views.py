@@ -14,6 +14,7 @@ view) answers 422 with the page and the parser's message.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from flask import redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
@@ -49,18 +50,34 @@ def _mode(text: str | None) -> Mode:
                              [{"field": "mode", "message": f"one of {choices}"}]) from None
 
 
+def _grid(pattern: str) -> dict[str, Any]:
+    grid = view_grid(materializer(), api().store, pattern) if pattern else None
+    return {"pattern": pattern, "grid": grid, "detailed": DETAILED,
+            "groups": column_groups(grid.columns) if grid else []}
+
+
 @blueprint.get("/views")
 @ui_page(READ)
 def views() -> ResponseReturnValue:
-    pattern = _pattern(request.args)
-    grid = view_grid(materializer(), api().store, pattern) if pattern else None
+    found = _grid(_pattern(request.args))
     definitions = [load_view(d.spec) for d in api().store.views.definitions()]
     invalidated = request.args.get("invalidated", "")
+    refused = found["grid"] is not None and found["grid"].problem
     return render_template(
-        "ui/views.html", pattern=pattern, grid=grid, definitions=definitions,
-        groups=column_groups(grid.columns) if grid else [], detailed=DETAILED,
+        "ui/views.html", definitions=definitions, **found,
         invalidated=int(invalidated) if invalidated.isdigit() else None,
-        modes=list(Mode)), 422 if grid is not None and grid.problem else 200
+        modes=list(Mode)), 422 if refused else 200
+
+
+@blueprint.get("/views/grid")
+@ui_page(READ)
+def views_grid() -> ResponseReturnValue:
+    """The grid alone, which the page asks for again every few seconds."""
+    found = _grid(_pattern(request.args))
+    if found["grid"] is None or found["grid"].problem:
+        problem = found["grid"].problem if found["grid"] else "pattern: required"
+        return render_template("ui/views_refused.html", problem=problem), 422
+    return render_template("ui/views_grid.html", **found)
 
 
 def _plan_page(plan: Plan | None, pattern: str, mode: Mode, status: int = 200,

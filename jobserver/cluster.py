@@ -213,6 +213,7 @@ class LocalCluster:
                 + "   (one node each, its own /metrics; the X-Jobserver-Node header of "
                   "every answer names the node)")
         lines += [f"  token:  {self.token}",
+                  f"  dashboard: {self.url}/ui/   (sign in with the token)",
                   f"  logs:   {self.log_dir}/node-*.log"]
         if demo_ids:
             lines.append(f"  demo jobs submitted: {', '.join(map(str, demo_ids))}")

@@ -3,8 +3,10 @@ of jobs in the store.
 
 * :meth:`JobBrowser.counts` counts each state up to a cap, by ``ix_jobs_state_id``:
   a state holding more says so (``capped``) instead of reading every row.
-* :meth:`JobBrowser.throughput` counts the jobs finished per minute over the last
-  hour by ``ix_jobs_finished``: an index range scan of that hour's finished jobs.
+* :meth:`JobBrowser.finished_per_minute` counts the jobs finished per minute over
+  the last hour, or its last few minutes, by ``ix_jobs_finished``: an index-only
+  range scan of those minutes' finished jobs, per state (the cluster page keeps the
+  minutes that are over and asks only for the newest).
 * :meth:`JobBrowser.page` lists jobs newest first under filters. The filter an index
   serves (``name`` by ``ix_jobs_name_id``, else ``state`` by ``ix_jobs_state_id``, both
   ordered by id) bounds the scan by the page's size. The others (``node``, a second
@@ -22,15 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
-from sqlalchemy import (Connection, Integer, RowMapping, Select, case, cast, func, literal,
-                        select, text)
+from sqlalchemy import Connection, RowMapping, Select, case, func, literal, select, text
 from sqlalchemy.sql.elements import ColumnElement
 
 from jobserver.states import State
 from jobserver.store import Transactions
-from jobserver.store.engine import seconds_since, store_now
+from jobserver.store.engine import epoch_minute, store_now
 from jobserver.store.models import FINISHED_JOBS
 from jobserver.store.records import EventRecord, JobRecord
 from jobserver.store.tables import events, jobs, steps
@@ -56,12 +57,28 @@ class StateCounts:
 
 
 @dataclass(frozen=True)
+class FinishedMinutes:
+    """Jobs finished per minute (minutes since the epoch on the store's clock) and
+    state, from minute ``first`` to ``now`` (the store's minute when read)."""
+
+    now: int
+    first: int
+    counts: dict[int, dict[str, int]]
+
+
+@dataclass(frozen=True)
 class Throughput:
     """Jobs finished in each of the last ``minutes`` minutes, oldest first, by state:
     ``per_minute[state][i]`` is the minute that ended ``minutes - i - 1`` minutes ago."""
 
     minutes: int
     per_minute: dict[str, list[int]]
+
+    @classmethod
+    def of(cls, now: int, counts: dict[int, dict[str, int]], minutes: int = 60) -> Throughput:
+        """The last ``minutes`` minutes up to minute ``now`` of ``counts``."""
+        return cls(minutes, {state.value: [counts.get(now - minutes + 1 + i, {}).get(
+            state.value, 0) for i in range(minutes)] for state in THROUGHPUT_STATES})
 
     @property
     def total(self) -> int:
@@ -114,24 +131,30 @@ class JobBrowser:
                     found[state.value] = count
         return StateCounts(found, frozenset(s for s, n in found.items() if n >= cap))
 
-    def throughput(self, minutes: int = 60) -> Throughput:
+    def finished_per_minute(self, minutes: int = 60,
+                            first: int | None = None) -> FinishedMinutes:
         """Jobs that finished (SUCCEED, ERROR, DISCARDED) in each of the last
-        ``minutes`` minutes of the store's clock, by ``ix_jobs_finished`` (the partial
-        index's predicate is spelled as it is, so that SQLite uses it too)."""
-        minutes_ago = seconds_since(jobs.c.finished_at) / 60.0
-        # PostgreSQL's cast to integer rounds; SQLite's truncates, which for ages
-        # (never negative) is the floor, and SQLite may be built without floor().
-        ago = (cast(func.floor(minutes_ago), Integer) if self._tx.dialect == "postgresql"
-               else cast(minutes_ago, Integer)).label("ago")
-        query = (select(jobs.c.state, ago, func.count())
-                 .where(text(FINISHED_JOBS), jobs.c.finished_at >= store_now(-60.0 * minutes))
-                 .group_by(jobs.c.state, ago))
-        per_minute = {state.value: [0] * minutes for state in THROUGHPUT_STATES}
+        ``minutes`` minutes of the store's clock, or only from minute ``first`` on
+        (minutes since the epoch), by ``ix_jobs_finished``; the partial index's
+        predicate is spelled as it is, so that SQLite uses it too."""
+        minute = epoch_minute(jobs.c.finished_at).label("minute")
         with self._tx.read() as conn:
-            for state, minutes_ago, count in conn.execute(query):
-                if state in per_minute and 0 <= minutes_ago < minutes:
-                    per_minute[state][minutes - 1 - int(minutes_ago)] += int(count)
-        return Throughput(minutes, per_minute)
+            now = int(conn.execute(select(epoch_minute(store_now()))).scalar_one())
+            first = max(now - minutes + 1, first if first is not None else now - minutes + 1)
+            # The bound as a value, not as the store's clock in the statement: PostgreSQL
+            # ranges an index only by a stable value, and clock_timestamp() is volatile.
+            start = datetime.fromtimestamp(first * 60, timezone.utc)
+            counts: dict[int, dict[str, int]] = {}
+            # One state at a time: the index leads with the state, and PostgreSQL 15
+            # would scan all of it for the partial predicate's IN list.
+            for state in THROUGHPUT_STATES:
+                query = (select(minute, func.count())
+                         .where(text(FINISHED_JOBS), jobs.c.state == state.value,
+                                jobs.c.finished_at >= start)
+                         .group_by(minute))
+                for at, count in conn.execute(query):
+                    counts.setdefault(int(at), {})[state.value] = int(count)
+        return FinishedMinutes(now, first, counts)
 
     def page(self, wanted: JobFilter, limit: int, before: int | None = None) -> JobPage:
         """Up to ``limit`` jobs matching ``wanted`` with ids below ``before``, newest
@@ -144,18 +167,17 @@ class JobBrowser:
             if not wanted.residual:
                 rows = conn.execute(scan.limit(limit + 1)).mappings().all()
                 return self._records(conn, rows, limit, None)
+            # The window first (an index-only range scan), then the matches within its
+            # id range: two range scans, whatever the planner would make of one join.
             window = scan.with_only_columns(jobs.c.id).limit(SCAN_WINDOW).subquery()
-            matches = (select(jobs).where(jobs.c.id.in_(select(window.c.id)))
-                       .order_by(jobs.c.id.desc()).limit(limit + 1))
+            examined, window_low = conn.execute(
+                select(func.count(), func.min(window.c.id))).one()
+            full = examined >= SCAN_WINDOW
+            matches = _indexed_scan(wanted, int(window_low) if full else low, high)
             for condition in _residual_conditions(wanted):
                 matches = matches.where(condition)
-            rows = conn.execute(matches).mappings().all()
-            ended_at = None
-            if len(rows) <= limit:
-                examined, last = conn.execute(
-                    select(func.count(), func.min(window.c.id))).one()
-                ended_at = int(last) if examined >= SCAN_WINDOW else None
-            return self._records(conn, rows, limit, ended_at)
+            rows = conn.execute(matches.limit(limit + 1)).mappings().all()
+            return self._records(conn, rows, limit, int(window_low) if full else None)
 
     @staticmethod
     def _records(conn: Connection, rows: Sequence[RowMapping], limit: int,

@@ -233,3 +233,25 @@ def _since_postgresql(element: seconds_since, compiler: Any, **kw: Any) -> str:
 def _since_sqlite(element: seconds_since, compiler: Any, **kw: Any) -> str:
     column = compiler.process(element.clauses, **kw)
     return f"((julianday('now') - julianday({column})) * 86400.0)"
+
+
+class epoch_minute(FunctionElement[Any]):
+    """Whole minutes since the Unix epoch of a timestamp (the floor)."""
+
+    inherit_cache = True
+
+    def __init__(self, column: Any) -> None:
+        super().__init__(column)
+
+
+@compiles(epoch_minute, "postgresql")
+def _minute_postgresql(element: epoch_minute, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"CAST(floor(extract(epoch from {column}) / 60) AS bigint)"
+
+
+@compiles(epoch_minute, "sqlite")
+def _minute_sqlite(element: epoch_minute, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    # Integer division of the (never negative) seconds is the floor.
+    return f"(CAST(strftime('%s', {column}) AS INTEGER) / 60)"

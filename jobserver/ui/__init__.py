@@ -4,6 +4,14 @@ Server-rendered pages (Jinja2 templates under ``templates/ui/``) over the store'
 repositories, with small hand-written scripts (``static/ui.js``) for local times,
 live refresh and confirmations; nothing to build. A browser signs in with an API
 token, and the pages offer what that token's scopes allow (``jobserver.ui.pages``).
+
+A page module (named in :data:`PAGES`) adds its routes to
+:data:`jobserver.ui.blueprint.blueprint`, each GET marked ``@ui_page(scope)`` and each
+POST ``@ui_action(scope)``; its list page's endpoint is the one ``pages.NAV`` links
+(``ui.schedules`` for the view function ``schedules``). Its templates extend
+``ui/base.html`` (blocks ``title``, ``content``, ``scripts``) and import
+``ui/macros.html``; an element marked ``data-refresh="URL"`` is refreshed from a
+fragment route of the page by ``static/ui.js``.
 """
 
 from __future__ import annotations

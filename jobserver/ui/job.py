@@ -92,8 +92,8 @@ def job(job_id: int) -> ResponseReturnValue:
 @blueprint.get(f"{JOB}/live")
 @ui_page(READ)
 def job_live(job_id: int) -> ResponseReturnValue:
-    """The page's body, which the page asks for every few seconds while the job is
-    READY or RUNNING."""
+    """The page's body, which the page asks for every few seconds while the job may
+    change by itself (:func:`_changing`)."""
     return render_template("ui/job_live.html", **_context(job_id))
 
 
@@ -123,6 +123,12 @@ def actions(job: JobRecord) -> list[tuple[str, str, str]]:
             for op in Operation if job.state in op.accepted_from]
 
 
+def _changing(job: JobRecord) -> bool:
+    """Whether the job may change without anyone asking: it is READY or RUNNING, or a
+    step still runs (a paused job's step is stopped, and recorded so, a moment later)."""
+    return job.state in ACTIVE or any(step.state is State.RUNNING for step in job.steps or ())
+
+
 def _context(job_id: int) -> dict[str, Any]:
     ctx = api()
     job = ctx.store.jobs.get(job_id)
@@ -133,5 +139,5 @@ def _context(job_id: int) -> dict[str, Any]:
     return {"job": job, "steps": job.steps or [], "graph": layout(job.steps or []),
             "events": events, "events_cut": len(events) == EVENTS_SHOWN,
             "attempts": attempts_by_step(events), "not_running": not_running,
-            "actions": actions(job), "active": job.state in ACTIVE,
+            "actions": actions(job), "active": _changing(job),
             "active_nav": "ui.jobs"}

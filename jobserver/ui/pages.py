@@ -127,7 +127,8 @@ def safe_next(target: str | None) -> str | None:
     if not target:
         return None
     parts = urlsplit(target)
-    if parts.scheme or parts.netloc or not parts.path.startswith("/ui/") or "\\" in target:
+    if (parts.scheme or parts.netloc or not parts.path.startswith("/ui/") or "\\" in target
+            or ".." in parts.path.split("/")):
         return None
     return target
 

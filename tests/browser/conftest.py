@@ -8,7 +8,8 @@
 * ``browser``: one headless Chromium (Debian's ``/usr/bin/chromium``) driven by
   Playwright, for the whole session; ``page``: a fresh context (no cookies) per test,
   1280 px wide, that fails the test on any console error or 5xx answer unless the
-  test allowed it (``page_watch.allow``).
+  test allowed it (``page_watch.allow``); ``new_page(**options)`` for more pages or
+  other context options (a phone's viewport, a dark colour scheme).
 * helpers: :func:`sign_in`, ``make_token(*scopes)`` and :func:`shot` (a screenshot
   under ``tests/browser/output/``, which git ignores; ``JOBSERVER_UI_SHOTS`` elsewhere).
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +33,11 @@ from jobserver.store import Store
 from tests.conftest import PG_ADMIN_URL, missing_service
 from tests.helpers import free_port
 from tests.integration.nodes import TOKEN, Api, Harness, Proc
+
+try:  # the tests take expect from here, so that a missing Playwright skips (fails in CI)
+    from playwright.sync_api import expect  # noqa: F401 - re-exported
+except ImportError:  # the browser fixture says what is missing
+    expect = None
 
 CHROMIUM = "/usr/bin/chromium"
 NODES = ("node-1", "node-2", "node-3")
@@ -159,7 +164,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 # -- the browser ------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
+    if not os.path.exists(CHROMIUM):
         missing_service(f"Chromium is not installed ({CHROMIUM}; Debian package 'chromium')")
     try:
         from playwright.sync_api import sync_playwright
@@ -200,21 +205,40 @@ def page_watch() -> PageWatch:
 
 
 @pytest.fixture
-def page(browser: Any, cluster: UiCluster, page_watch: PageWatch) -> Iterator[Any]:
-    context = browser.new_context(viewport=VIEWPORT, base_url=cluster.url)
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.on("console", lambda message: page_watch.console_errors.append(
-        f"{message.text} ({message.location.get('url', '')})")
-        if message.type == "error" else None)
-    page.on("pageerror", lambda error: page_watch.console_errors.append(f"uncaught: {error}"))
-    page.on("response", lambda response: page_watch.server_errors.append(
-        f"{response.status} {response.request.method} {response.url}")
-        if response.status >= 500 else None)
-    yield page
-    context.close()
+def new_page(browser: Any, cluster: UiCluster,
+             page_watch: PageWatch) -> Iterator[Callable[..., Any]]:
+    """``new_page(**context_options)``: a page in a fresh browser context (1280 px,
+    Europe/Berlin time unless told otherwise) watched for console errors and 5xx
+    answers, which fail the test at its end."""
+    contexts: list[Any] = []
+
+    def open_page(**options: Any) -> Any:
+        context = browser.new_context(**{"viewport": VIEWPORT, "base_url": cluster.url,
+                                         "timezone_id": "Europe/Berlin", **options})
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        page.on("console", lambda message: page_watch.console_errors.append(
+            f"{message.text} ({message.location.get('url', '')})")
+            if message.type == "error" else None)
+        page.on("pageerror", lambda error: page_watch.console_errors.append(
+            f"uncaught: {error}"))
+        page.on("response", lambda response: page_watch.server_errors.append(
+            f"{response.status} {response.request.method} {response.url}")
+            if response.status >= 500 else None)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
     problems = page_watch.problems()
     assert not problems, "the page logged errors or got 5xx answers:\n" + "\n".join(problems)
+
+
+@pytest.fixture
+def page(new_page: Callable[..., Any]) -> Any:
+    """A watched page (see ``new_page``)."""
+    return new_page()
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
-from tests.browser.conftest import NODES, UiCluster, shot, sign_in
+from tests.browser.conftest import NODES, UiCluster, expect, shot, sign_in
 from tests.integration.nodes import TOKEN
 
 
@@ -26,3 +28,26 @@ def test_sign_in_and_see_three_live_nodes(page: Any, cluster: UiCluster) -> None
     assert page.inner_text("[data-fact=lock]") == "postgres"
     assert page.inner_text("[data-fact=alive]") == "3 / 3"
     shot(page, "cluster")
+
+
+def test_the_pages_read_on_a_phone_in_the_dark(new_page: Callable[..., Any],
+                                               cluster: UiCluster) -> None:
+    phone = new_page(viewport={"width": 390, "height": 844}, is_mobile=True,
+                     has_touch=True, color_scheme="dark", timezone_id="Asia/Tokyo",
+                     locale="en-GB")
+    job_id = cluster.api.submit({"name": "phone", "steps": [{"name": "s", "type": "noop"}]})
+    cluster.api.wait_job(job_id)
+    sign_in(phone, TOKEN, "/ui/cluster")
+    for path in ("/ui/cluster", "/ui/jobs", f"/ui/jobs/{job_id}"):
+        phone.goto(path)
+        # Nothing wider than the screen: tables scroll inside their cards.
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 390, path
+        shot(phone, path.strip("/").replace("/", "-") + "-phone-dark")
+    background = phone.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(15, 19, 24)", "the dark scheme follows the system setting"
+    # Times show in the viewer's zone (Tokyo, UTC+9), with UTC on hover.
+    created = phone.locator("dl.props time").first
+    utc = created.get_attribute("datetime")
+    assert created.get_attribute("title") == utc[:19].replace("T", " ") + " UTC"
+    hour = (int(utc[11:13]) + 9) % 24
+    expect(created).to_have_text(re.compile(rf"\b{hour:02d}:{utc[14:16]}:{utc[17:19]}\b"))

@@ -7,9 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from playwright.sync_api import expect
-
-from tests.browser.conftest import PageWatch, UiCluster, shot, sign_in
+from tests.browser.conftest import PageWatch, UiCluster, expect, shot, sign_in
 from tests.helpers import job_spec
 from tests.integration.nodes import TOKEN
 
@@ -36,8 +34,9 @@ def test_a_job_turns_succeed_on_the_jobs_page_without_a_reload(page: Any,
     sign_in(page, TOKEN, "/ui/jobs")
     page.evaluate("window.notReloaded = true")
     job_id = cluster.api.submit(job_spec("watched", [{"name": "nap", "type": "sleep",
-                                                      "seconds": 1}]))
+                                                      "seconds": 2}]))
     row = page.locator(f"tr[data-job='{job_id}']")
+    expect(row.locator(".badge")).to_have_text(re.compile("READY|RUNNING"))
     expect(row.locator(".badge")).to_have_text("SUCCEED", timeout=20_000)
     assert page.evaluate("window.notReloaded") is True
     assert row.locator("td").nth(3).inner_text() == "1/1"
@@ -92,6 +91,9 @@ def test_pause_and_resume_a_running_job(page: Any, cluster: UiCluster,
         expect(page.locator(".notice")).to_have_text("Paused.")
         expect(page.locator("#job-state .badge")).to_have_text("STOPPED")
         assert cluster.api.job(job_id)["state"] == "STOPPED"
+        # The running step is stopped a moment later; the page shows that too.
+        expect(page.locator("svg.dag [data-step=wait]")).to_have_attribute(
+            "data-state", "STOPPED")
         assert page.locator(".actions button").all_inner_texts() == [
             "Resume", "Rerun", "Discard"]
         shot(page, "paused")

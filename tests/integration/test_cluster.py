@@ -22,6 +22,7 @@ import sqlite3
 import stat
 import subprocess
 import time
+import urllib.request
 from collections import Counter
 from datetime import date, timedelta
 from pathlib import Path
@@ -91,6 +92,10 @@ def test_cluster_launcher_demo_end_to_end(harness: Harness, tmp_path: Path) -> N
     assert status == 401 and body["error"]["code"], body
     status, body = http_call(base + "/api/v1/cluster", token="wrong-token-0123456789")
     assert status == 401, body
+    dashboard = re.search(r"dashboard: (\S+)", launcher.output())
+    assert dashboard and dashboard.group(1) == base + "/ui/"
+    with urllib.request.urlopen(base + "/ui/sign-in", timeout=5) as page:
+        assert page.status == 200 and b"Sign in" in page.read()
     api = Api(base, token)
     cluster = wait_for(lambda: (c := api.cluster())["active"] and c, 15, 0.1, "an active node")
     alive = sorted(n["id"] for n in cluster["nodes"] if n["alive"])

@@ -108,7 +108,7 @@ def test_bad_tokens_and_forged_sign_ins_open_nothing(client: FlaskClient, store:
 
 def test_next_never_leaves_the_dashboard(client: FlaskClient) -> None:
     for target in ("https://evil.example/ui/", "//evil.example/ui/x", "/api/v1/jobs",
-                   "/ui\\@evil.example"):
+                   "/ui\\@evil.example", "/ui/../api/v1/jobs"):
         client.delete_cookie(COOKIE, path="/ui")
         assert sign_in(client, CONFIG_TOKEN, target).headers["Location"] == "/ui/cluster"
 

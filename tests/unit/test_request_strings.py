@@ -33,6 +33,7 @@ IMPORTLIB_ALLOWED = {
     "locks/__init__.py",          # lock backend module by ``lock.backend`` (a fixed table)
     "jobserver/steps/python.py",  # ``importlib.metadata`` entry points installed by the operator
     "jobserver/listeners.py",     # listener classes named in ``scheduler.listeners``
+    "jobserver/ui/__init__.py",   # the dashboard's page modules (``PAGES``, a fixed tuple)
 }
 FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle",
                      "jsonpickle"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -178,3 +179,23 @@ def test_the_control_table_grid_and_a_batchs_audit(page: Any, cluster: UiCluster
     assert "FAILED" in snapshot.inner_text()
     assert page.locator("tr[data-stage=SNAPSHOT] .reason").inner_text().strip()
     shot(page, "batch")
+
+
+def test_the_planner_pages_fit_a_phone_in_dark_mode(new_page: Callable[..., Any],
+                                                    cluster: UiCluster) -> None:
+    """At 390 px nothing is wider than the screen: tables become cards, the grids
+    scroll inside their card; the system's dark scheme is followed."""
+    apply(cluster, "schedules.yaml")
+    apply(cluster, "views.yaml")
+    phone = new_page(viewport={"width": 390, "height": 844}, color_scheme="dark",
+                     is_mobile=True, has_touch=True)
+    sign_in(phone, TOKEN, "/ui/schedules")
+    background = phone.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(15, 19, 24)"  # ui.css's dark --bg
+    pattern = quote("app.eci.stage/Search/SHOP10/rymd(20150501-20150531)")
+    for name, path in (("schedules", "/ui/schedules"), ("views", f"/ui/views?pattern={pattern}"),
+                       ("datasets", "/ui/datasets"), ("batches", "/ui/batches")):
+        phone.goto(path)
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"{path} is {width} px wide"
+        shot(phone, f"phone-{name}")

@@ -25,8 +25,8 @@ from jobserver.store.tokens import OPERATE, READ, SUBMIT
 from jobserver.ui.blueprint import blueprint
 from jobserver.ui.pages import ui_action, ui_page
 from jobserver.ui.planners import column_groups
-from jobserver.ui.view_grid import (LISTED, Plan, invalidate, invalidation_of, materialize,
-                                    plan_of, view_grid)
+from jobserver.ui.view_grid import (LISTED, Invalidation, Plan, invalidate, invalidation_of,
+                                    materialize, plan_of, view_grid)
 from jobserver.views.api import materializer
 from jobserver.views.model import Mode
 from jobserver.views.spec import load_view
@@ -117,17 +117,23 @@ def views_materialize() -> ResponseReturnValue:
     return _plan_page(plan, pattern, mode, jobs=jobs)
 
 
+def _invalidation_page(pattern: str, preview: Invalidation | None = None,
+                       problem: str | None = None) -> ResponseReturnValue:
+    return render_template("ui/view_invalidate.html", preview=preview, pattern=pattern,
+                           listed=LISTED, problem=problem,
+                           active_nav="ui.views"), 422 if problem else 200
+
+
 @blueprint.get("/views/invalidate")
 @ui_page(OPERATE)
 def views_invalidation() -> ResponseReturnValue:
+    """What invalidating the pattern would change, with the button that does it."""
     pattern = _pattern(request.args)
     try:
-        preview = invalidation_of(materializer(), api().store, pattern)
+        return _invalidation_page(pattern, invalidation_of(materializer(), api().store,
+                                                           pattern))
     except InvalidRequest as exc:
-        return render_template("ui/view_invalidate.html", preview=None, pattern=pattern,
-                               problem=exc.message, active_nav="ui.views"), 422
-    return render_template("ui/view_invalidate.html", preview=preview, pattern=pattern,
-                           listed=LISTED, problem=None, active_nav="ui.views")
+        return _invalidation_page(pattern, problem=exc.message)
 
 
 @blueprint.post("/views/invalidate")
@@ -137,6 +143,5 @@ def views_invalidate() -> ResponseReturnValue:
     try:
         changed = invalidate(materializer(), api().store, pattern)
     except InvalidRequest as exc:
-        return render_template("ui/view_invalidate.html", preview=None, pattern=pattern,
-                               problem=exc.message, active_nav="ui.views"), 422
+        return _invalidation_page(pattern, problem=exc.message)
     return redirect(url_for("ui.views", pattern=pattern, invalidated=changed), 303)

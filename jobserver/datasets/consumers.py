@@ -60,6 +60,8 @@ class ConsumerView:
     overdue: int
     failed: list[dict[str, Any]] = field(default_factory=list)
     in_progress: list[dict[str, Any]] = field(default_factory=list)
+    #: The lag is a lower bound: more partitions after the pointer than were counted.
+    lag_capped: bool = False
 
 
 class ConsumerCatalog:
@@ -180,13 +182,16 @@ class ConsumerCatalog:
             found = self._datasets.find(conn, namespace, dataset)
             return self._view(conn, found, lookup(conn, namespace, dataset, name))
 
-    def list(self, namespace: str, dataset: str) -> builtins.list[ConsumerView]:
-        """Every consumer of the dataset, by name, with its state."""
+    def list(self, namespace: str, dataset: str,
+             lag_cap: int | None = None) -> builtins.list[ConsumerView]:
+        """Every consumer of the dataset, by name, with its state; with ``lag_cap``,
+        at most that many partitions after each pointer are counted (the count reads
+        each of them), and ``lag_capped`` says when there are more."""
         with self._tx.read() as conn:
             found = self._datasets.find(conn, namespace, dataset)
             rows = conn.execute(select(consumers).where(consumers.c.dataset_id == found.id)
                                 .order_by(consumers.c.name)).mappings().all()
-            return [self._view(conn, found, row) for row in rows]
+            return [self._view(conn, found, row, lag_cap) for row in rows]
 
     def all(self) -> builtins.list[ConsumerView]:
         """Every consumer of every dataset (for metrics)."""
@@ -207,7 +212,8 @@ class ConsumerCatalog:
             query = query.with_for_update()
         return conn.execute(query).mappings().first()
 
-    def _view(self, conn: Connection, dataset: DatasetRecord, row: Any) -> ConsumerView:
+    def _view(self, conn: Connection, dataset: DatasetRecord, row: Any,
+              lag_cap: int | None = None) -> ConsumerView:
         spec = ConsumerSpec.model_validate(row["spec"], strict=False)
         ws = working_sets
         counts = {state: 0 for state in (NEW, IN_PROGRESS, FAILED, DONE)}
@@ -218,19 +224,22 @@ class ConsumerCatalog:
             ws.c.consumer_id == row["id"], ws.c.state == IN_PROGRESS,
             ws.c.lease_expires_at < store_now())).scalar_one()
         pointer = (int(row["pointer_txid"]), int(row["pointer_position"]))
-        ahead = self._ahead(conn, dataset, spec, pointer)
+        ahead = self._ahead(conn, dataset, spec, pointer, lag_cap)
+        capped = lag_cap is not None and ahead > lag_cap
+        ahead = min(ahead, lag_cap) if lag_cap is not None else ahead
         return ConsumerView(
             dataset, int(row["id"]), spec, pointer,
             {state: counts[state] for state in (NEW, IN_PROGRESS, FAILED)},
             int(row["processed"]) + counts[DONE], int(row["failed_reset"]) + counts[FAILED],
             counts[NEW] + counts[IN_PROGRESS] + ahead, int(overdue),
             self._listed(conn, dataset, row["id"], FAILED),
-            self._listed(conn, dataset, row["id"], IN_PROGRESS))
+            self._listed(conn, dataset, row["id"], IN_PROGRESS), capped)
 
     @staticmethod
     def _ahead(conn: Connection, dataset: DatasetRecord, spec: ConsumerSpec,
-               pointer: tuple[int, int]) -> int:
-        """Partitions after the pointer that match the filter and the window."""
+               pointer: tuple[int, int], cap: int | None = None) -> int:
+        """Partitions after the pointer that match the filter and the window (at most
+        ``cap`` + 1 of them when given)."""
         table = partitions
         where: builtins.list[Any] = [table.c.dataset_id == dataset.id,
                  *check_filter(spec, dataset.partition_key).sql(table)]
@@ -242,6 +251,9 @@ class ConsumerCatalog:
             where.append(table.c.created_at >= spec.start)
         if spec.end is not None:
             where.append(table.c.created_at < spec.end)
+        if cap is not None:
+            ahead = select(table.c.id).where(*where).limit(cap + 1).subquery()
+            return int(conn.execute(select(func.count()).select_from(ahead)).scalar_one())
         return int(conn.execute(select(func.count()).select_from(table).where(*where))
                    .scalar_one())
 

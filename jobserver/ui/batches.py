@@ -38,19 +38,30 @@ def _before() -> date | None:
         return None
 
 
+def _grid() -> dict[str, Any]:
+    system, location, before = _name("system"), _name("location"), _before()
+    grid = batch_grid(api().store, system, location, before)
+    given: dict[str, Any] = {name: value for name, value in
+                             (("system", system), ("location", location)) if value}
+    return {"grid": grid, "filters": {"system": system, "location": location},
+            "groups": column_groups([day.isoformat() for day in grid.dates]),
+            "older_url": (url_for("ui.batches", before=grid.older.isoformat(), **given)
+                          if grid.older else None),
+            "newest_url": url_for("ui.batches", **given) if before else None,
+            "live_url": url_for("ui.batches_grid", **given, before=before)}
+
+
 @blueprint.get("/batches")
 @ui_page(READ)
 def batches() -> ResponseReturnValue:
-    system, location = _name("system"), _name("location")
-    grid = batch_grid(api().store, system, location, _before())
-    filters = {"system": system, "location": location}
-    given: dict[str, Any] = {name: value for name, value in filters.items() if value}
-    older_url = (url_for("ui.batches", before=grid.older.isoformat(), **given)
-                 if grid.older else None)
-    newest_url = url_for("ui.batches", **given) if _before() else None
-    return render_template("ui/batches.html", grid=grid, filters=filters,
-                           groups=column_groups([day.isoformat() for day in grid.dates]),
-                           older_url=older_url, newest_url=newest_url)
+    return render_template("ui/batches.html", **_grid())
+
+
+@blueprint.get("/batches/grid")
+@ui_page(READ)
+def batches_grid() -> ResponseReturnValue:
+    """The grid alone, which the page asks for again every few seconds."""
+    return render_template("ui/batches_grid.html", **_grid())
 
 
 @blueprint.get(f"/batches/<int(max={MAX_ID}):batch_id>")

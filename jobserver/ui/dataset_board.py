@@ -4,14 +4,14 @@ A dataset's page lists a page of its partitions that match the ``where`` conditi
 (the filter grammar of :mod:`jobserver.datasets.filters`, as ``?where=`` of the API)
 and a key range (``from`` ≤ field ≤ ``to``, made into two more conditions), with its
 consumers: lag, working-set counts and the FAILED partitions with their errors.
-Conditions the grammar refuses are not an error page: the page shows the parser's
+Conditions the grammar refuses answer the page itself (422) with the parser's
 messages, naming the condition, and no partitions.
 
 Bounded reads: a page of datasets by (namespace, name); the dataset by name; a page
 of ``PAGE`` partitions by the (dataset_id, id) index with the conditions as WHERE
 clauses (the API's query); per consumer the repository's view (counts by state on
 its (consumer_id, state) index, the first 100 FAILED and IN_PROGRESS partitions, and
-the partitions after its pointer through the commit-order index).
+at most ``LAG_CAP`` + 1 partitions after its pointer through the commit-order index).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from jobserver.store import Store
 
 #: Datasets, and partitions, on one page.
 PAGE = 50
+#: Partitions after a consumer's pointer counted at most (the count reads each one).
+LAG_CAP = 10_000
 
 
 def quoted(value: str) -> str:
@@ -97,7 +99,7 @@ def dataset_page(store: Store, namespace: str, name: str,
                  query: PartitionQuery = PartitionQuery()) -> DatasetPage:
     """The dataset's page; :class:`NotFound` if there is no such dataset."""
     dataset = store.datasets.get(namespace, name, count=False)
-    consumers = store.consumers.list(namespace, name)
+    consumers = store.consumers.list(namespace, name, lag_cap=LAG_CAP)
     problems = refused(dataset, query)
     if problems:
         return DatasetPage(dataset, [], None, consumers, problems)

@@ -15,27 +15,32 @@ from flask import request, url_for
 
 from jobserver.ui.blueprint import blueprint
 from jobserver.ui.pages import STATE_TONES, safe_next
+from jobserver.views.model import ViewState
 
 PLANNER_TONES: dict[str, str] = {
-    # schedule-jobs
+    # schedule-jobs and evaluations
     "PENDING_TRIGGER": "waiting", "PENDING_CONSTRAINTS": "waiting",
-    "PENDING_LAUNCH": "running",
-    # evaluations
-    "LAUNCHED": "running", "FIRED": "running", "SKIPPED": "stopped", "ERROR": "failed",
-    # view partitions
-    "RECEIVE": "waiting", "WAITING": "running", "TRANSFORMING": "running",
-    "RETRYING": "running",
-    "NO-DATA": "gone",
+    "PENDING_LAUNCH": "running", "FIRED": "running", "SKIPPED": "stopped",
     # consumers' working sets
     "NEW": "waiting", "IN_PROGRESS": "running",
     # planned actions
     "TRANSFORM": "running", "JOIN": "running", "SET": "ok", "SKIP": "gone",
+    "NO-DATA": "gone",
+}
+#: A view partition's states: *waiting* is its job waiting for its dependencies' jobs,
+#: so it reads as in flight, unlike a schedule's evaluation that waits.
+VIEW_TONES: dict[ViewState, str] = {
+    ViewState.RECEIVE: "waiting", ViewState.WAITING: "running",
+    ViewState.TRANSFORMING: "running", ViewState.RETRYING: "running",
+    ViewState.MATERIALIZED: "ok", ViewState.FAILED: "failed", ViewState.NO_DATA: "gone",
 }
 
 
 @blueprint.app_template_global("planner_tone")
 def planner_tone(state: object) -> str:
     """The colour family of a planner's state, a job state or an action."""
+    if isinstance(state, ViewState):
+        return VIEW_TONES[state]
     name = str(getattr(state, "value", state)).upper()
     return PLANNER_TONES.get(name) or STATE_TONES.get(name, "other")
 

@@ -53,6 +53,14 @@ def schedule(namespace: str, name: str) -> ResponseReturnValue:
                            active_nav="ui.schedules")
 
 
+@blueprint.get(f"{SCHEDULE}/live")
+@ui_page(READ)
+def schedule_live(namespace: str, name: str) -> ResponseReturnValue:
+    """The page's live part, which the page asks for again every few seconds."""
+    detail = schedule_detail(api().store, namespace, name)
+    return render_template("ui/schedule_live.html", detail=detail, record=detail.row.record)
+
+
 @blueprint.post(f"{SCHEDULE}/<any(enable, disable):action>")
 @ui_action(OPERATE)
 def schedule_switch(namespace: str, name: str, action: str) -> ResponseReturnValue:

@@ -14,6 +14,7 @@ view) answers 422 with the page and the parser's message.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from flask import redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
@@ -24,8 +25,8 @@ from jobserver.store.tokens import OPERATE, READ, SUBMIT
 from jobserver.ui.blueprint import blueprint
 from jobserver.ui.pages import ui_action, ui_page
 from jobserver.ui.planners import column_groups
-from jobserver.ui.view_grid import (LISTED, Plan, invalidate, invalidation_of, materialize,
-                                    plan_of, view_grid)
+from jobserver.ui.view_grid import (LISTED, Invalidation, Plan, invalidate, invalidation_of,
+                                    materialize, plan_of, view_grid)
 from jobserver.views.api import materializer
 from jobserver.views.model import Mode
 from jobserver.views.spec import load_view
@@ -49,18 +50,34 @@ def _mode(text: str | None) -> Mode:
                              [{"field": "mode", "message": f"one of {choices}"}]) from None
 
 
+def _grid(pattern: str) -> dict[str, Any]:
+    grid = view_grid(materializer(), api().store, pattern) if pattern else None
+    return {"pattern": pattern, "grid": grid, "detailed": DETAILED,
+            "groups": column_groups(grid.columns) if grid else []}
+
+
 @blueprint.get("/views")
 @ui_page(READ)
 def views() -> ResponseReturnValue:
-    pattern = _pattern(request.args)
-    grid = view_grid(materializer(), api().store, pattern) if pattern else None
+    found = _grid(_pattern(request.args))
     definitions = [load_view(d.spec) for d in api().store.views.definitions()]
     invalidated = request.args.get("invalidated", "")
+    refused = found["grid"] is not None and found["grid"].problem
     return render_template(
-        "ui/views.html", pattern=pattern, grid=grid, definitions=definitions,
-        groups=column_groups(grid.columns) if grid else [], detailed=DETAILED,
+        "ui/views.html", definitions=definitions, **found,
         invalidated=int(invalidated) if invalidated.isdigit() else None,
-        modes=list(Mode)), 422 if grid is not None and grid.problem else 200
+        modes=list(Mode)), 422 if refused else 200
+
+
+@blueprint.get("/views/grid")
+@ui_page(READ)
+def views_grid() -> ResponseReturnValue:
+    """The grid alone, which the page asks for again every few seconds."""
+    found = _grid(_pattern(request.args))
+    if found["grid"] is None or found["grid"].problem:
+        problem = found["grid"].problem if found["grid"] else "pattern: required"
+        return render_template("ui/views_refused.html", problem=problem), 422
+    return render_template("ui/views_grid.html", **found)
 
 
 def _plan_page(plan: Plan | None, pattern: str, mode: Mode, status: int = 200,
@@ -100,17 +117,23 @@ def views_materialize() -> ResponseReturnValue:
     return _plan_page(plan, pattern, mode, jobs=jobs)
 
 
+def _invalidation_page(pattern: str, preview: Invalidation | None = None,
+                       problem: str | None = None) -> ResponseReturnValue:
+    return render_template("ui/view_invalidate.html", preview=preview, pattern=pattern,
+                           listed=LISTED, problem=problem,
+                           active_nav="ui.views"), 422 if problem else 200
+
+
 @blueprint.get("/views/invalidate")
 @ui_page(OPERATE)
 def views_invalidation() -> ResponseReturnValue:
+    """What invalidating the pattern would change, with the button that does it."""
     pattern = _pattern(request.args)
     try:
-        preview = invalidation_of(materializer(), api().store, pattern)
+        return _invalidation_page(pattern, invalidation_of(materializer(), api().store,
+                                                           pattern))
     except InvalidRequest as exc:
-        return render_template("ui/view_invalidate.html", preview=None, pattern=pattern,
-                               problem=exc.message, active_nav="ui.views"), 422
-    return render_template("ui/view_invalidate.html", preview=preview, pattern=pattern,
-                           listed=LISTED, problem=None, active_nav="ui.views")
+        return _invalidation_page(pattern, problem=exc.message)
 
 
 @blueprint.post("/views/invalidate")
@@ -120,6 +143,5 @@ def views_invalidate() -> ResponseReturnValue:
     try:
         changed = invalidate(materializer(), api().store, pattern)
     except InvalidRequest as exc:
-        return render_template("ui/view_invalidate.html", preview=None, pattern=pattern,
-                               problem=exc.message, active_nav="ui.views"), 422
+        return _invalidation_page(pattern, problem=exc.message)
     return redirect(url_for("ui.views", pattern=pattern, invalidated=changed), 303)

@@ -4,6 +4,8 @@ lag, working sets and FAILED partitions made by real failing runs."""
 
 from __future__ import annotations
 
+import pytest
+
 from jobserver.datasets.spec import parse_dataset
 from jobserver.store import Store
 from jobserver.ui.dataset_board import (PartitionQuery, dataset_page, dataset_rows, quoted,
@@ -91,3 +93,19 @@ def test_datasets_list_by_name(store: Store) -> None:
     assert [d.name for d in rows] == ["a", "b"] and rows[0].description == "dataset a"
     rest, end = dataset_rows(store, after=following)
     assert [d.name for d in rest] == ["c"] and end is None
+
+
+def test_a_lag_far_behind_is_counted_up_to_a_cap(harness: Harness,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    store = harness.store
+    consumer(store)
+    add(store, range(24))
+    (exact,) = store.consumers.list("default", "raw")
+    (capped,) = store.consumers.list("default", "raw", lag_cap=5)
+    assert (exact.lag, exact.lag_capped) == (24, False)
+    assert (capped.lag, capped.lag_capped) == (5, True)
+    (at_cap,) = store.consumers.list("default", "raw", lag_cap=24)
+    assert (at_cap.lag, at_cap.lag_capped) == (24, False)
+    monkeypatch.setattr("jobserver.ui.dataset_board.LAG_CAP", 10)
+    (shown,) = dataset_page(store, "default", "raw").consumers
+    assert (shown.lag, shown.lag_capped) == (10, True)

@@ -136,3 +136,17 @@ def test_invalidate_needs_operate(browse: Callable[..., FlaskClient]) -> None:
     answer = client.post("/ui/views/invalidate", data={
         "csrf_token": form_value(html, "csrf_token"), "pattern": pattern}, headers=HTML)
     assert answer.status_code == 303 and "invalidated=0" in answer.headers["Location"]
+
+
+def test_the_live_parts_answer_fragments(browse: Callable[..., FlaskClient]) -> None:
+    """What ui.js asks for every few seconds: the part alone, not a whole page."""
+    client = browse("read")
+    fragment = {"Accept": "text/html-fragment"}
+    for path, inside in ((f"{NIGHTLY}/live", "every day at 02:30 Europe/Berlin"),
+                         ("/ui/views/grid?pattern=app.eci.source/Shops/prod", "data-path"),
+                         ("/ui/batches/grid", "No batches yet")):
+        response = client.get(path, headers=fragment)
+        text = response.get_data(True)
+        assert response.status_code == 200 and inside in text and "<html" not in text, path
+    refused = client.get("/ui/views/grid?pattern=x(", headers=fragment)
+    assert refused.status_code == 422 and "pattern:" in refused.get_data(True)

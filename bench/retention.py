@@ -5,8 +5,9 @@
 
 The table first gets N SUCCEED jobs that finished 60 days ago, each with one step
 and the five events a one-step job leaves, in one ``generate_series`` statement per
-table. Then one node (single mode, postgres locks, NOTIFY on) is measured in three
-phases per round, alternated so that other load on the machine weighs on all alike:
+table (:mod:`bench.filling`). Then one node (single mode, postgres locks, NOTIFY on)
+is measured in three phases per round, alternated so that other load on the machine
+weighs on all alike:
 
 * ``none``: nothing deletes (``retention.finished_jobs = 0``);
 * ``purge``: ``jobserver purge --before <30 days ago>`` runs in a process of its own
@@ -36,6 +37,8 @@ from typing import Any
 
 from bench.cluster import Cluster
 from bench.common import PYTHON, ROOT, Options, loadavg, log, write_result
+from bench.filling import Shape
+from bench.filling import fill as fill_jobs
 from bench.latency import measure, submit_idle
 from bench.stores import drain_rate, poll_engine, queue_jobs, store_for, wait_all_done
 
@@ -46,48 +49,14 @@ PHASES = ("none", "purge", "loop")
 #: The old jobs' name: they are counted by it (``ix_jobs_name_id``).
 OLD_NAME = "retention-old"
 
-_FILL = [
-    # jobs: finished 60 days ago, a millisecond apart, in id order
-    """INSERT INTO jobs (name, state, priority, params, parallelism, node, fence, attempt,
-                         created_at, updated_at, started_at, finished_at)
-       SELECT :name, 'SUCCEED', 0, CAST('{}' AS json), 1, 'bench', 1, 1, t - interval '2 ms',
-              t, t - interval '1 ms', t
-       FROM (SELECT clock_timestamp() - interval '60 days' + g * interval '1 ms' AS t
-             FROM generate_series(1, :n) AS g) AS s""",
-    """INSERT INTO steps (job_id, position, name, type, spec, depends_on, retries,
-                          retry_backoff, retryable, state, attempt, started_at, finished_at)
-       SELECT id, 0, 's', 'noop', CAST('{}' AS json), CAST('[]' AS json), 0, 1.0, true,
-              'SUCCEED', 1, started_at, finished_at
-       FROM jobs WHERE name = :name""",
-    # submitted, job started, step started, step ended, job ended
-    """INSERT INTO job_events (job_id, step, from_state, to_state, node, fence, attempt,
-                               message, at)
-       SELECT j.id, e.step, e.from_state, e.to_state, 'bench', 1, 1, NULL, j.finished_at
-       FROM jobs AS j CROSS JOIN (VALUES (NULL, NULL, 'READY'), (NULL, 'READY', 'RUNNING'),
-                                         ('s', 'READY', 'RUNNING'), ('s', 'RUNNING', 'SUCCEED'),
-                                         (NULL, 'RUNNING', 'SUCCEED'))
-            AS e(step, from_state, to_state)
-       WHERE j.name = :name""",
-]
+#: The old jobs: finished 60 days ago, a millisecond apart, one step each.
+OLD_JOBS = Shape(name=f"'{OLD_NAME}'", state="'SUCCEED'", node="'bench'",
+                 created="clock_timestamp() - interval '60 days' + g * interval '1 ms'")
 
 
 def fill(url: str, count: int) -> float:
     """``count`` old SUCCEED jobs with their steps and events; the seconds it took."""
-    from sqlalchemy import create_engine, text
-
-    began = time.monotonic()
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            for statement in _FILL:
-                conn.execute(text(statement), {"name": OLD_NAME, "n": count})
-        with engine.connect() as conn:
-            auto = conn.execution_options(isolation_level="AUTOCOMMIT")
-            auto.execute(text("VACUUM ANALYZE jobs, steps, job_events"))
-            auto.execute(text("CHECKPOINT"))
-    finally:
-        engine.dispose()
-    return time.monotonic() - began
+    return fill_jobs(url, count, OLD_JOBS)
 
 
 def old_left(url: str) -> int:

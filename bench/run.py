@@ -8,6 +8,7 @@
     python -m bench --only datasets --partitions 200000
     python -m bench --only views --views 20 --view-days 5000 --view-run 10x1000
     python -m bench --only retention --retention-jobs 1000000 --rounds 2
+    python -m bench --only ui --ui-jobs 1000000 --ui-rounds 50
 
 Each scenario prints a table and writes ``bench/results/<scenario>[-smoke].json``;
 ``summary`` puts our figures beside the issue's targets and the peers' ratios. Timing
@@ -28,7 +29,7 @@ from typing import Any
 from bench.common import RESULTS_DIR, Options, log, write_result
 
 SCENARIOS = ["floor", "throughput", "latency", "footprint", "failover", "backlog", "peers",
-             "profile", "schedules", "datasets", "views", "retention"]
+             "profile", "schedules", "datasets", "views", "retention", "ui"]
 NEEDS_ZK = {"throughput", "failover", "profile"}
 
 
@@ -66,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
                         "the table, deleted while claims are measured (default 1000000)")
     parser.add_argument("--rounds", type=int, help="retention: rounds of the three phases "
                         "(default 2)")
+    parser.add_argument("--ui-jobs", type=int, help="ui: jobs in the store the dashboard's "
+                        "pages are timed on (default 1000000)")
+    parser.add_argument("--ui-rounds", type=int, help="ui: GETs of each page (default 50)")
     parser.add_argument("--no-zookeeper", action="store_true")
     parser.add_argument("--no-profile", action="store_true", help="skip py-spy")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -170,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "retention":
                 from bench import retention
                 retention.run(opts, args.retention_jobs, args.rounds)
+            elif name == "ui":
+                from bench import ui
+                ui.run(opts, args.ui_jobs, args.ui_rounds)
             log(f"--- {name} took {time.monotonic() - started:.0f} s")
         summary(opts)
     finally:
@@ -253,6 +260,7 @@ def summary(opts: Options) -> list[dict[str, Any]]:
     _add_datasets(add, (_load("datasets", opts.smoke) or {}).get("rows", []))
     _add_views(add, _load("views", opts.smoke) or {})
     _add_retention(add, _load("retention", opts.smoke) or {})
+    _add_ui(add, _load("ui", opts.smoke) or {})
     if rows:
         write_result("summary", opts, rows)
         if not opts.smoke:  # the figures RESULTS.md compares the next run against
@@ -323,6 +331,14 @@ def _add_retention(add: Any, document: dict[str, Any]) -> None:
         rate, p99 = figures.get("claim_rate_ratio"), figures.get("p99_ratio")
         add(f"{what}: claim rate vs none", rate, ">= 0.9", None if rate is None else rate >= 0.9)
         add(f"{what}: p99 vs none", p99, "<= 1.1", _le(p99, 1.1))
+
+
+def _add_ui(add: Any, document: dict[str, Any]) -> None:
+    """The ui scenario's target: every dashboard page within 200 ms on the store."""
+    for row in document.get("rows", []):
+        add(f"ui {document.get('jobs', 0):,} jobs: {row['page']} p95 ms", row["p95_ms"],
+            f"<= {row['target_ms']:g}", _le(row["p95_ms"], row["target_ms"])
+            and not row["errors"], p50_ms=row["p50_ms"], max_ms=row["max_ms"])
 
 
 def _pair(text: str) -> tuple[int, int]:

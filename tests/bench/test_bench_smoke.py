@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ["floor", "throughput", "latency", "footprint", "backlog", "profile", "schedules",
-             "datasets", "views"]
+             "datasets", "views", "ui"]
 ROW_KEYS = {
     "floor": {"clients", "tps"},
     "throughput": {"store", "lock", "mode", "nodes", "jobs", "done", "jobs_per_s"},
@@ -30,6 +30,7 @@ ROW_KEYS = {
     "datasets": {"store", "partitions", "add_per_s", "consumed", "consume_per_s", "lag",
                  "fill_1k_p50_ms", "fill_full_p50_ms", "fill_ratio"},
     "views": {"partitions", "plan_total_s", "replan_total_s", "replan_all_skip"},
+    "ui": {"page", "path", "n", "p50_ms", "p95_ms", "max_ms", "target_ms", "met", "errors"},
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.long]
@@ -68,4 +69,8 @@ def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
     views = json.loads((results / "views-smoke.json").read_text())
     assert all(row["store_replan_all_skip"] for row in views["store_rows"])
     assert all(row["materialized"] == row["partitions"] for row in views["run_rows"])
+    ui = json.loads((results / "ui-smoke.json").read_text())["rows"]
+    assert all(row["errors"] == 0 and row["n"] > 0 for row in ui), ui
+    timed = {row["path"].split("?")[0].split("/")[2] for row in ui}
+    assert timed >= {"cluster", "jobs", "schedules", "datasets", "views", "batches"}
     assert (results / "summary-smoke.json").exists()

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast bench clean
+.PHONY: run test test-fast bench screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+## The dashboard's screenshots in docs/screenshots/ (the README shows them): make run's
+## demo cluster on free ports, headless Chromium (Debian's /usr/bin/chromium).
+screenshots: $(STAMP)
+	$(BIN)/python -m tests.browser.screenshots docs/screenshots
 
 clean:
 	rm -rf $(VENV) .jobserver .pytest_cache

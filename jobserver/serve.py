@@ -26,6 +26,7 @@ exiting, and the node drained and stopped.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -91,6 +92,9 @@ def serve(config: Config) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # An operator (or a test) asking why a node does not stop gets every thread's stack
+    # on stderr with `kill -USR1 PID`, without stopping it.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     api_failed = not _watch(node, api, stop)
     if node.failure is not None:
         return _after_failure(node, api)

@@ -40,6 +40,11 @@ SECOND_SIGNAL_LOG = "second signal: exiting now"
 EXIT_DRAINED, EXIT_NOT_DRAINED = 0, 3
 #: nodes.NODE_DEFAULTS: how long a drain may last before running jobs are cancelled
 DRAIN_TIMEOUT = 10.0
+#: How long a drained node may still take to exit: its stop joins each background loop
+#: for up to 5 s and gives gunicorn up to 10 s (jobserver.node, jobserver.api_process),
+#: and on a loaded machine its last commits (row stopped, presence released) wait on the
+#: store. The drain itself is bounded by DRAIN_TIMEOUT and checked by the exit code.
+EXIT_AFTER_DRAIN = 30.0
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -250,7 +255,7 @@ def _drain(cluster: ChaosCluster, victim: str, figures: Figures) -> int:
     # From the probe's submit: how long the API took to answer the waits above is the
     # machine's load, not the hand-over's.
     figures["probe_claimed"] = cluster.wait_claimed(probe, DEAD_AFTER + 10) - submitted_at
-    figures["exit_code"] = cluster.nodes[victim].wait_exit(DRAIN_TIMEOUT + 10)
+    figures["exit_code"] = cluster.nodes[victim].wait_exit(DRAIN_TIMEOUT + EXIT_AFTER_DRAIN)
     figures["exited"] = time.monotonic() - termed_at
     return probe
 

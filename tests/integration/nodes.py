@@ -282,8 +282,20 @@ class Proc:
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
+            self._dump_stacks()
             raise AssertionError(f"{self.name} (pid {self.pid}) still runs after {timeout} s;"
-                                 f" log tail:\n{self.tail()}") from None
+                                 f" log tail:\n{self.tail(300)}") from None
+
+    def _dump_stacks(self) -> None:
+        """Ask a ``jobserver serve`` that overstays for its threads' stacks (SIGUSR1,
+        see jobserver.serve), so the failure shows where it is stuck."""
+        if self.popen.poll() is not None or "serve" not in self.popen.args:
+            return
+        size = len(self.output())
+        os.kill(self.popen.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while len(self.output()) == size and time.monotonic() < deadline:
+            time.sleep(0.1)  # the dump is best effort: the failure is raised either way
 
 
 class Harness:

@@ -128,15 +128,23 @@ class Materializer:
               stored: Mapping[ViewAddress, StoredPartition]) -> dict[ViewAddress, int]:
         """Carry out ``decisions`` planned from ``stored`` in one transaction; returns
         the job of every partition transformed or joined. :class:`CasConflict` (nothing
-        written) if any row changed since ``stored`` was read."""
+        written) if any row changed since ``stored`` was read. A plan that changes
+        no row (a re-plan with nothing changed) opens no transaction: every TRANSFORM,
+        JOIN, SET and NO_DATA changes its row."""
+        # A SKIP of a stored partition, most of a re-plan's decisions, writes nothing:
+        # passed over before a change is worked out for each of the others.
+        changes = [change for decision in decisions
+                   if (decision.action is not Action.SKIP or decision.address not in stored)
+                   and (change := _change(decision, stored.get(decision.address))) is not None]
+        if not changes:
+            return {}
         with self._store.views.writing() as conn:
-            return self._write(conn, views, decisions, stored)
+            return self._write(conn, views, decisions, stored, changes)
 
     def _write(self, conn: Connection, views: Mapping[str, Any], decisions: list[Decision],
-               stored: Mapping[ViewAddress, StoredPartition]) -> dict[ViewAddress, int]:
-        self._store.views.apply(conn, [change for decision in decisions
-                                       if (change := _change(decision, stored.get(
-                                           decision.address))) is not None])
+               stored: Mapping[ViewAddress, StoredPartition],
+               changes: list[Change]) -> dict[ViewAddress, int]:
+        self._store.views.apply(conn, changes)
         jobs = {d.address: stored[d.address].job_id for d in decisions
                 if d.action is Action.JOIN and stored[d.address].job_id is not None}
         made = self._submit(conn, views, decisions, stored, jobs)

@@ -34,7 +34,7 @@ from jobserver.api.serialize import time_text
 from jobserver.exceptions import Forbidden, InvalidRequest
 from jobserver.spec import field_path
 from jobserver.views.catalog import CREATED, PutResult, ViewCatalog
-from jobserver.views.materialize import Materializer, Outcome
+from jobserver.views.materialize import Materializer, Outcome, collector_paused
 from jobserver.views.model import Action, Mode, ViewState
 from jobserver.views.status import PartitionStatus, view_status
 from jobserver.views.store import Definition
@@ -194,8 +194,7 @@ def delete_view_definition(package: str, view: str) -> ResponseReturnValue:
 @blueprint.post("/views/materialize")
 def materialize() -> ResponseReturnValue:
     body: MaterializeBody = _parsed(MaterializeBody, _body())
-    outcome = _materializer().materialize(body.pattern, body.mode, body.plan)
-    return outcome_json(body.pattern, body.mode, outcome)
+    return _materialized(body.pattern, body.mode, body.plan)
 
 
 @blueprint.get("/materialize/<path:pattern>")
@@ -210,8 +209,14 @@ def materialize_path(pattern: str) -> ResponseReturnValue:
     if len(pattern) > MAX_PATTERN:
         raise InvalidRequest("pattern: too long", [{"field": "pattern", "message":
                                                     f"at most {MAX_PATTERN} characters"}])
-    outcome = _materializer().materialize(pattern, query.mode, query.plan)
-    return outcome_json(pattern, query.mode, outcome)
+    return _materialized(pattern, query.mode, query.plan)
+
+
+def _materialized(pattern: str, mode: Mode, plan: bool) -> dict[str, Any]:
+    """The reply to a materialize request, built with the collector still paused: the
+    decisions and their addresses are freed before it runs again."""
+    with collector_paused():
+        return outcome_json(pattern, mode, _materializer().materialize(pattern, mode, plan))
 
 
 @blueprint.post("/views/invalidate")

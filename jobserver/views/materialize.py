@@ -28,6 +28,7 @@ from sqlalchemy import Connection
 from jobserver.exceptions import Conflict, InvalidRequest
 from jobserver.spec import AfterSpec, JobSpec, Policy, validate_job
 from jobserver.store import Store
+from jobserver.store.feed import start_cursor
 from jobserver.store.jobs import KeyedSubmit
 from jobserver.store.records import Actor
 from jobserver.views.lattice import instantiate
@@ -47,6 +48,8 @@ MAX_REPLANS = 5
 KEY_LIMIT = 200
 #: Who submits view jobs (``jobs.submitted_by``).
 VIEWS = Actor("views")
+#: The view tracker's feed of final job events (:mod:`jobserver.views.tracker`).
+JOBS_FEED = "views/jobs"
 
 
 def utcnow() -> datetime:
@@ -151,6 +154,10 @@ class Materializer:
                stored: Mapping[ViewAddress, StoredPartition],
                changes: list[Change]) -> dict[ViewAddress, int]:
         self._store.views.apply(conn, changes)
+        if any(decision.action is Action.TRANSFORM for decision in decisions):
+            # Before the jobs exist: the tracker, even one that has not run yet, reads
+            # their ends (a reader it would make itself starts after every end so far).
+            start_cursor(conn, JOBS_FEED)
         jobs = {d.address: stored[d.address].job_id for d in decisions
                 if d.action is Action.JOIN and stored[d.address].job_id is not None}
         made = self._submit(conn, views, decisions, stored, jobs)

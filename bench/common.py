@@ -209,3 +209,11 @@ def backend_pids(dbname: str) -> list[int]:
             if title.startswith("postgres: ") and f" {dbname} " in title:
                 found.append(int(entry))
     return found
+
+
+def cpu_now(pid: int, url: str) -> tuple[float, float, float]:
+    """CPU seconds so far of the node (its API workers included), of PostgreSQL's
+    backends of the database, and of this process (the clients)."""
+    backends = backend_pids(url.rsplit("/", 1)[1]) if url.startswith("postgresql") else []
+    return (sum(cpu_seconds(p) for p in tree_pids(pid)),
+            sum(cpu_seconds(p) for p in backends), time.process_time())

@@ -37,8 +37,7 @@ import time
 from typing import Any
 
 from bench.cluster import Cluster
-from bench.common import (RESULTS_DIR, Options, backend_pids, cpu_seconds, loadavg, log,
-                          tree_pids, write_result)
+from bench.common import RESULTS_DIR, Options, cpu_now, loadavg, log, write_result
 from bench.datasets_store import (LIMIT, PROBE, JsonClient, add_in_process, analyze,
                                   batch_body,
                                   consume_job, consumer_state, create_consumer, create_dataset,
@@ -148,14 +147,6 @@ class Drain:
                     return str(state), bool(ran)
             time.sleep(0.01)
         return "TIMEOUT", False
-
-
-def cpu_now(pid: int, url: str) -> tuple[float, float, float]:
-    """CPU seconds so far of the node (its API workers included), of PostgreSQL's
-    backends of the database, and of this process (the clients)."""
-    backends = backend_pids(url.rsplit("/", 1)[1]) if url.startswith("postgresql") else []
-    return (sum(cpu_seconds(p) for p in tree_pids(pid)),
-            sum(cpu_seconds(p) for p in backends), time.process_time())
 
 
 def cpu_per(before: tuple[float, float, float], after: tuple[float, float, float],

@@ -16,11 +16,14 @@ partition has 7 dependencies and the lattice has about ``VIEWS × DAYS`` partiti
 
 Then, per store (PostgreSQL, SQLite; smoke: PostgreSQL only), :mod:`bench.views_store`:
 the same lattice stored once and re-planned by a real ``materialize`` read from the
-store, end to end and phase by phase (``store_rows``); and a lattice of about 10,000
-partitions whose views are jobs of one ``noop`` step, materialized through a real
-node until every partition is MATERIALIZED (``run_rows``, partitions per second).
-Targets (the issue's): each of plan and re-plan within 5 s, the re-plan from the
-store too. Writes ``bench/results/views[-smoke].json``.
+store, end to end and phase by phase, and by the API's ``POST
+/api/v1/views/materialize`` to a served node (``store_rows``); and a lattice of about
+10,000 partitions whose views are jobs of one ``noop`` step, materialized through a
+real node until every partition is MATERIALIZED (``run_rows``, partitions per
+second). Targets (the issue's): each of plan and re-plan within 5 s, the re-plan from
+the store and the API's request too. Plans run with the cyclic collector paused, as a
+request runs them (:func:`~jobserver.views.materialize.collector_paused`). Writes
+``bench/results/views[-smoke].json``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 
 from bench.common import Options, loadavg, log, print_table, write_result
 from jobserver.views.lattice import Lattice, instantiate
+from jobserver.views.materialize import collector_paused
 from jobserver.views.model import (Action, Decision, Mode, StoredPartition, ViewAddress,
                                    ViewState)
 from jobserver.views.planner import plan
@@ -106,14 +110,16 @@ def as_stored(lattice: Lattice, decisions: list[Decision]) -> dict[ViewAddress, 
 def timed_plan(views: dict[str, ViewSpec], wanted: list[ViewAddress],
                stored: dict[ViewAddress, StoredPartition]
                ) -> tuple[Lattice, list[Decision], float, float, float]:
-    """Instantiate and plan; wall seconds of each and CPU seconds of both (the CPU
-    figure does not depend on what else the machine runs)."""
+    """Instantiate and plan, with the collector paused as in a request; wall seconds
+    of each and CPU seconds of both (the CPU figure does not depend on what else the
+    machine runs)."""
     gc.collect()  # what earlier phases left is not this phase's cost
     cpu, started = time.process_time(), time.perf_counter()
-    lattice = instantiate(views, wanted)
-    instantiated = time.perf_counter()
-    decisions = plan(lattice, views, stored, Mode.DEFAULT, DATA_AT + timedelta(days=1),
-                     lambda address: DATA_AT)
+    with collector_paused():
+        lattice = instantiate(views, wanted)
+        instantiated = time.perf_counter()
+        decisions = plan(lattice, views, stored, Mode.DEFAULT, DATA_AT + timedelta(days=1),
+                         lambda address: DATA_AT)
     return (lattice, decisions, instantiated - started, time.perf_counter() - instantiated,
             time.process_time() - cpu)
 
@@ -161,8 +167,10 @@ def run(opts: Options, views: int | None = None, days: int | None = None,
                 if stores is None or b in stores]
     stored = store_rows(opts, views, days, backends)
     for item in stored:
-        item["met"] = ("yes" if item["store_replan_s"] <= TARGET_S
-                       and item["store_replan_all_skip"] else "NO")
+        within = all(item[figure] <= TARGET_S
+                     for figure in ("store_replan_s", "api_plan_s", "api_default_s"))
+        item["met"] = ("yes" if within and item["store_replan_all_skip"]
+                       and item["api_all_skip"] else "NO")
     print_table("views: re-plan from the store", stored)
     ran = run_rows(opts, backends, run_size)
     print_table("views: no-op view jobs run by a node", ran)

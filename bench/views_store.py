@@ -9,6 +9,11 @@
   of its phases again on its own: parse the pattern, read the definitions,
   instantiate, read the stored rows, plan (the flags' times read as it goes).
   Every decision must be SKIP.
+* **The API's request** (:func:`api_row`): the same store served by one real
+  ``jobserver serve`` node, and ``POST /api/v1/views/materialize`` over HTTP with
+  ``plan: true`` and then in mode DEFAULT, nothing changed (``API_TRIALS`` each),
+  timed from the request until its reply is read and decoded, with the CPU the node's
+  processes (its API workers) and PostgreSQL's backends spent on it.
 * **Run** (:func:`run_row`): a lattice whose every view, ``V00`` included, is a job of
   one ``noop`` step, on a fresh store served by one real ``jobserver serve`` node
   (single mode; its view tracker turns the jobs' ends into MATERIALIZED). A
@@ -16,9 +21,10 @@
   waiting (``after``) for its 7 upstream jobs; timed: the request itself, and from
   the request until every partition is stored MATERIALIZED (polled).
 
-Requests go through :class:`~jobserver.views.materialize.Materializer` in-process,
-as the node that takes a request runs them (no HTTP: its reply holds one decision
-per partition).
+The re-plan and the run's request go through
+:class:`~jobserver.views.materialize.Materializer` in-process, as the node that takes a
+request runs them; the API's rows add what a user's request adds to that (routing,
+the reply of one object per partition, HTTP).
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.cluster import Cluster
-from bench.common import Options, loadavg, log
+from bench.common import Options, cpu_now, loadavg, log
+from bench.datasets_store import JsonClient
 from bench.stores import poll_engine, store_for
 from bench.views import DATA_AT, FIRST_DAY, WINDOW, lattice_bodies
 
@@ -43,6 +50,8 @@ LOCKS = {"postgres": "postgres", "sqlite": "file"}
 #: The run's lattice (views, days) at full size and smoke size: about 10,000 and 100.
 RUN_SIZE = ((10, 1000), (3, 30))
 RUN_TIMEOUT_S = 1800.0
+#: Requests of each kind through the API (the row gives their median).
+API_TRIALS = 3
 
 
 def noop_job(index: int) -> dict[str, Any]:
@@ -92,10 +101,14 @@ def flags(root: Path, views: int, days: int) -> int:
 
 
 def timed(call: Callable[[], T]) -> tuple[T, float, float]:
-    """``call()``, its wall seconds and CPU seconds of this process."""
+    """``call()``, its wall seconds and CPU seconds of this process; with the
+    collector paused, as a request runs each phase (``Materializer.run``)."""
+    from jobserver.views.materialize import collector_paused
+
     gc.collect()
     cpu, started = time.process_time(), time.perf_counter()
-    result = call()
+    with collector_paused():
+        result = call()
     return result, time.perf_counter() - started, time.process_time() - cpu
 
 
@@ -113,7 +126,7 @@ def replan_row(opts: Options, backend: str, views: int, days: int) -> dict[str, 
     bodies = lattice_bodies(views, {"location": f"{root}/${{year}}${{month}}${{day}}"})
     flags(root, views, days)
     text = pattern(views, days)
-    with stored_views(backend, work, bodies) as (_url, store, policy):
+    with stored_views(backend, work, bodies) as (url, store, policy):
         setting, set_s, _ = timed(lambda: Materializer(store, policy).materialize(
             text, Mode.RESET_TRANSFORMATION_CHECKSUMS_AND_TIMESTAMPS))
         total = len(setting.decisions)
@@ -130,14 +143,65 @@ def replan_row(opts: Options, backend: str, views: int, days: int) -> dict[str, 
         stored, read_s, read_cpu = timed(lambda: store.views.read(lattice.order))
         decisions, plan_s, _ = timed(lambda: plan(
             lattice, specs, stored, Mode.DEFAULT, utcnow(), DataTimes(store, specs)))
+        rows_read, planned = len(stored), len(decisions)
+        del setting, again, lattice, stored, decisions  # the node's request is another's
+        api = api_row(work / "api", url, backend, text, total)
     return {"store": backend, "partitions": total, "set_s": round(set_s, 2),
             "set_per_s": round(total / set_s), "store_replan_s": round(replan_s, 2),
             "store_replan_cpu_s": round(replan_cpu, 2),
-            "store_replan_all_skip": skipped == total == len(decisions),
+            "store_replan_all_skip": skipped == total == planned,
             "parse_s": round(parse_s, 3), "definitions_s": round(defs_s, 3),
             "instantiate_s": round(inst_s, 2), "read_s": round(read_s, 2),
-            "read_cpu_s": round(read_cpu, 2), "rows_read": len(stored),
-            "plan_s": round(plan_s, 2), "load1": loadavg()}
+            "read_cpu_s": round(read_cpu, 2), "rows_read": rows_read,
+            "plan_s": round(plan_s, 2), **api, "load1": loadavg()}
+
+
+def api_row(work: Path, url: str, backend: str, text: str, total: int) -> dict[str, Any]:
+    """``POST /api/v1/views/materialize`` of ``text`` through a served node: with
+    ``plan`` and in mode DEFAULT, nothing changed, ``API_TRIALS`` times each; the
+    medians of wall seconds (until the reply is decoded) and of the CPU seconds of
+    the node's processes and of PostgreSQL's backends, and whether every decision of
+    every reply was SKIP."""
+    figures: dict[str, Any] = {}
+    with Cluster(work, url, LOCKS[backend], "single") as cluster:
+        node = cluster.start("n1")
+        cluster.wait_registered(api=True)
+        wait_quiet(node.pid, url)
+        client = JsonClient(cluster.port)
+        all_skip = True
+        for label, body in (("api_plan", {"pattern": text, "plan": True}),
+                            ("api_default", {"pattern": text, "mode": "DEFAULT"})):
+            trials = []
+            for _ in range(API_TRIALS):
+                before, started = cpu_now(node.pid, url), time.perf_counter()
+                reply = client.call("POST", "/api/v1/views/materialize", body)
+                wall, after = time.perf_counter() - started, cpu_now(node.pid, url)
+                all_skip = all_skip and reply["counts"] == {"skip": total}
+                trials.append((wall, after[0] - before[0], after[1] - before[1]))
+                del reply
+            wall, node_cpu, db_cpu = (sorted(column)[len(column) // 2]
+                                      for column in zip(*trials))
+            figures.update({f"{label}_s": round(wall, 2), f"{label}_cpu_s": round(node_cpu, 2),
+                            f"{label}_db_cpu_s": round(db_cpu, 2)})
+            log(f"views {backend}: {label} " + ", ".join(
+                f"{w:.2f} s (node CPU {n:.2f} s, PostgreSQL {d:.2f} s)" for w, n, d in trials))
+        client.close()
+    return {**figures, "api_all_skip": all_skip}
+
+
+def wait_quiet(pid: int, url: str, timeout: float = 30.0, interval: float = 0.5) -> None:
+    """Until the node's processes and the database's backends spend under a tenth of
+    ``interval`` in one (its start-up rounds are over), or ``timeout``: what a request
+    is measured to cost is then the request's."""
+    deadline = time.monotonic() + timeout
+    before = cpu_now(pid, url)
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        after = cpu_now(pid, url)
+        if (after[0] - before[0]) + (after[1] - before[1]) < interval / 10:
+            return
+        before = after
+    log(f"views: node {pid} still busy after {timeout:.0f} s; measuring anyway")
 
 
 def run_row(opts: Options, backend: str, views: int, days: int) -> dict[str, Any]:

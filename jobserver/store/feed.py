@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, insert, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from jobserver.store.engine import store_now
 from jobserver.store.models import as_utc
@@ -103,6 +105,18 @@ def load_cursor(conn: Connection, name: str,
     conn.execute(insert(feed_cursors).values(name=name, txid=start.txid,
                                              position=start.position, updated_at=store_now()))
     return start
+
+
+def start_cursor(conn: Connection, name: str) -> None:
+    """Make the reader ``name``'s cursor at :func:`head_of` unless it has one: for a
+    writer whose rows' consequences that reader must see although it may not have
+    run yet (a new reader starts after every row already written). Concurrent
+    callers make one cursor; the others keep it."""
+    start = head_of(conn)
+    maker = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    conn.execute(maker(feed_cursors).values(
+        name=name, txid=start.txid, position=start.position,
+        updated_at=store_now()).on_conflict_do_nothing())
 
 
 def head_of(conn: Connection) -> Cursor:

@@ -34,8 +34,8 @@ from jobserver.api.serialize import time_text
 from jobserver.exceptions import Forbidden, InvalidRequest
 from jobserver.spec import field_path
 from jobserver.views.catalog import CREATED, PutResult, ViewCatalog
-from jobserver.views.materialize import Materializer, Outcome
-from jobserver.views.model import Mode, ViewState
+from jobserver.views.materialize import Materializer, Outcome, collector_paused
+from jobserver.views.model import Action, Mode, ViewState
 from jobserver.views.status import PartitionStatus, view_status
 from jobserver.views.store import Definition
 
@@ -111,12 +111,20 @@ def definition_json(definition: Definition) -> dict[str, Any]:
 
 
 def outcome_json(pattern: str, mode: Mode, outcome: Outcome) -> dict[str, Any]:
-    counts = Counter(decision.action.value for decision in outcome.decisions)
+    """The reply to a request: one object per decision (100,000 for a large lattice).
+
+    Built for that size: each action's text looked up once (an enum's ``value`` is a
+    Python-level property), and no upstream list where there is none, so that each
+    object holds only strings and None and the garbage collector stops tracking it."""
+    texts = {action: action.value for action in Action}
+    jobs, empty = outcome.jobs, ()
+    counts = Counter(decision.action for decision in outcome.decisions)
     return {"pattern": pattern, "mode": mode.value, "plan": outcome.planned_only,
-            "counts": dict(counts), "attempts": outcome.attempts,
-            "decisions": [{"view": d.address.path, "action": d.action.value,
-                           "reason": d.reason, "job_id": outcome.jobs.get(d.address),
-                           "upstream": [a.path for a in d.upstream]}
+            "counts": {texts[action]: count for action, count in counts.items()},
+            "attempts": outcome.attempts,
+            "decisions": [{"view": d.address.path, "action": texts[d.action],
+                           "reason": d.reason, "job_id": jobs.get(d.address) if jobs else None,
+                           "upstream": [a.path for a in d.upstream] if d.upstream else empty}
                           for d in outcome.decisions]}
 
 
@@ -187,8 +195,7 @@ def delete_view_definition(package: str, view: str) -> ResponseReturnValue:
 @blueprint.post("/views/materialize")
 def materialize() -> ResponseReturnValue:
     body: MaterializeBody = _parsed(MaterializeBody, _body())
-    outcome = materializer().materialize(body.pattern, body.mode, body.plan)
-    return outcome_json(body.pattern, body.mode, outcome)
+    return _materialized(body.pattern, body.mode, body.plan)
 
 
 @blueprint.get("/materialize/<path:pattern>")
@@ -203,8 +210,14 @@ def materialize_path(pattern: str) -> ResponseReturnValue:
     if len(pattern) > MAX_PATTERN:
         raise InvalidRequest("pattern: too long", [{"field": "pattern", "message":
                                                     f"at most {MAX_PATTERN} characters"}])
-    outcome = materializer().materialize(pattern, query.mode, query.plan)
-    return outcome_json(pattern, query.mode, outcome)
+    return _materialized(pattern, query.mode, query.plan)
+
+
+def _materialized(pattern: str, mode: Mode, plan: bool) -> dict[str, Any]:
+    """The reply to a materialize request, built with the collector still paused: the
+    decisions and their addresses are freed before it runs again."""
+    with collector_paused():
+        return outcome_json(pattern, mode, materializer().materialize(pattern, mode, plan))
 
 
 @blueprint.post("/views/invalidate")

@@ -22,8 +22,8 @@ from jobserver.views.mappings import Calendar, CompiledDependency
 from jobserver.views.model import ViewAddress
 from jobserver.views.spec import ViewSpec, value_fits
 
-#: An address's view name and values: how addresses are interned.
-_Key = tuple[str, tuple[str | None, ...]]
+#: An address's values: how the addresses of one view are interned.
+_Values = tuple[str | None, ...]
 
 
 @dataclass
@@ -46,23 +46,22 @@ class _Builder:
     def __init__(self, views: Mapping[str, ViewSpec]) -> None:
         self.views = views
         self.calendar = Calendar()
-        # Keyed (package, view): building an address's name per partition costs more.
-        self.compiled: dict[tuple[str, str], list[CompiledDependency]] = {}
-        self.interned: dict[_Key, ViewAddress] = {}
-        # Views whose one mapping never gives a partition twice: no duplicates to drop.
-        self.unique: dict[tuple[str, str], bool] = {}
+        # Per view name: its compiled mappings, and whether its one mapping never gives
+        # a partition twice (no duplicates to drop).
+        self.compiled: dict[str, tuple[list[CompiledDependency], bool]] = {}
+        # Per view name: its partitions made so far, by their values.
+        self.interned: dict[str, dict[_Values, ViewAddress]] = {}
 
-    def mappings(self, address: ViewAddress) -> list[CompiledDependency]:
-        found = self.compiled.get((address.package, address.view))
+    def mappings(self, address: ViewAddress) -> tuple[list[CompiledDependency], bool]:
+        found = self.compiled.get(address.name)
         if found is None:
             spec = self.views[address.name]
-            found = [CompiledDependency(dependency, spec.parameter_names,
-                                        self._view(dependency.view, spec.name).parameter_names,
-                                        self.calendar)
-                     for dependency in spec.dependencies]
-            self.compiled[(address.package, address.view)] = found
-            self.unique[(address.package, address.view)] = (
-                len(found) == 1 and found[0].unique)
+            mappings = [CompiledDependency(dependency, spec.parameter_names,
+                                           self._view(dependency.view, spec.name)
+                                           .parameter_names, self.calendar)
+                        for dependency in spec.dependencies]
+            found = self.compiled[address.name] = (
+                mappings, len(mappings) == 1 and mappings[0].unique)
         return found
 
     def _view(self, name: str, needed_by: str) -> ViewSpec:
@@ -72,28 +71,34 @@ class _Builder:
                                  [{"field": "view", "message": f"no view named {name}"}])
         return spec
 
-    def address(self, name: str, values: tuple[str | None, ...]) -> ViewAddress:
-        key = (name, values)
-        found = self.interned.get(key)
+    def partitions(self, name: str) -> dict[_Values, ViewAddress]:
+        found = self.interned.get(name)
+        if found is None:
+            found = self.interned[name] = {}
+        return found
+
+    def address(self, name: str, values: _Values) -> ViewAddress:
+        partitions = self.partitions(name)
+        found = partitions.get(values)
         if found is None:
             package, view = name.split("/", 1)
-            found = self.interned[key] = ViewAddress(package, view, values)
+            found = partitions[values] = ViewAddress(package, view, values)
         return found
 
     def expand(self, address: ViewAddress) -> tuple[ViewAddress, ...]:
         found: list[ViewAddress] = []
-        interned = self.interned
-        for mapping in self.mappings(address):
+        mappings, unique = self.mappings(address)
+        for mapping in mappings:
             try:
                 targets = mapping.targets(address.values)
             except ValueError as exc:
                 raise InvalidRequest(f"{address.path}: {exc}", [
                     {"field": "pattern", "message": f"{address.path}: {exc}"}]) from None
-            name = mapping.view
+            name, partitions = mapping.view, self.partitions(mapping.view)
             for values in targets:
-                target = interned.get((name, values))
+                target = partitions.get(values)
                 found.append(self.address(name, values) if target is None else target)
-        if len(found) < 2 or self.unique.get((address.package, address.view)):
+        if len(found) < 2 or unique:
             return tuple(found)
         # Interned: the same partition is the same object, so ids tell duplicates apart
         # without hashing addresses (a Python-level hash each).

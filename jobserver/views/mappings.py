@@ -130,30 +130,34 @@ def fixed(item: str | None) -> str | None:
     return item[1:] if item is not None and item.startswith("$$") else item
 
 
+#: Days as zero-padded (year, month, day) value triples, in order.
+Days = tuple[tuple[str, str, str], ...]
+
+
 class Calendar:
     """Day windows and months as zero-padded value triples, computed once per day:
     many views read the same windows, so a lattice of 100,000 partitions asks for the
     same few thousand days again and again."""
 
     def __init__(self) -> None:
-        self._windows: dict[tuple[str | None, ...], tuple[tuple[str, str, str], ...]] = {}
+        self._windows: dict[tuple[tuple[str | None, ...], int], Days] = {}
+        self._months: dict[tuple[str | None, ...], Days] = {}
 
-    def window(self, ymd: tuple[str | None, ...], last: int) -> tuple[tuple[str, str, str], ...]:
-        key = ymd + (str(last),)
-        found = self._windows.get(key)
+    def window(self, ymd: tuple[str | None, ...], last: int) -> Days:
+        found = self._windows.get((ymd, last))
         if found is None:
             end = _date(ymd).toordinal()
             found = tuple(_triple(date.fromordinal(end - back)) for back in range(last - 1, -1, -1))
-            self._windows[key] = found
+            self._windows[(ymd, last)] = found
         return found
 
-    def month(self, ym: tuple[str | None, ...]) -> tuple[tuple[str, str, str], ...]:
-        found = self._windows.get(ym)
+    def month(self, ym: tuple[str | None, ...]) -> Days:
+        found = self._months.get(ym)
         if found is None:
             first = _date(ym + ("1",))
             days = calendar.monthrange(first.year, first.month)[1]
             found = tuple(_triple(first.replace(day=d)) for d in range(1, days + 1))
-            self._windows[ym] = found
+            self._months[ym] = found
         return found
 
 
@@ -178,11 +182,12 @@ class CompiledDependency:
     """One validated :class:`DependencySpec` of a view, ready to map values fast.
 
     ``targets(values)`` returns the dependency partitions' values (in the dependency's
-    parameter order) for a partition of the owning view. It raises ``ValueError`` for
+    parameter order) for a partition of the owning view, in a list the caller only
+    reads (it may be shared between partitions). It raises ``ValueError`` for
     values that are not a date where ``days`` reads one.
     """
 
-    __slots__ = ("view", "_positions", "_single", "_days", "unique", "_calendar")
+    __slots__ = ("view", "_positions", "_single", "_constant", "_days", "unique", "_calendar")
 
     def __init__(self, spec: DependencySpec, own: Sequence[str], target: Sequence[str],
                  calendar_: Calendar) -> None:
@@ -205,23 +210,32 @@ class CompiledDependency:
             self._days = (spec.days.last, [index[name] for name in spec.days.source()],
                           [list(target).index(name) for name in into])
         self._calendar = calendar_
+        # Combos that take no value of the partition (fixed values and day placeholders
+        # only, as a window of a daily view) are the same for every partition: made
+        # once, and only read after.
+        self._constant = (self._combos(()) if all(i < 0 for picks in self._positions
+                                                   for i, _ in picks) else None)
 
     def targets(self, values: tuple[str | None, ...]) -> list[tuple[str | None, ...]]:
-        if self._single:
-            combos = [tuple(values[i] if i >= 0 else c for ((i, c),) in self._positions)]
-        else:
-            choices = [tuple(values[i] if i >= 0 else c for i, c in picks)
-                       for picks in self._positions]
-            combos = list(itertools.product(*choices))
+        combos = self._constant if self._constant is not None else self._combos(values)
         return combos if self._days is None else self._spread(values, combos)
+
+    def _combos(self, values: tuple[str | None, ...]) -> list[tuple[str | None, ...]]:
+        if self._single:
+            return [tuple(values[i] if i >= 0 else c for ((i, c),) in self._positions)]
+        choices = [tuple(values[i] if i >= 0 else c for i, c in picks)
+                   for picks in self._positions]
+        return list(itertools.product(*choices))
 
     def _spread(self, values: tuple[str | None, ...],
                 combos: list[tuple[str | None, ...]]) -> list[tuple[str | None, ...]]:
         assert self._days is not None
         last, source, (y, m, d) = self._days
-        date_values = tuple(values[i] for i in source)
+        date_values = tuple(map(values.__getitem__, source))
         days = (self._calendar.window(date_values, last) if last is not None
                 else self._calendar.month(date_values))
+        if combos == _DAYS_ONLY and (y, m, d) == (0, 1, 2):  # the values are the days
+            return list(days)
         if m == y + 1 and d == y + 2:  # year, month, day side by side: splice tuples
             return [combo[:y] + triple + combo[y + 3:] for combo in combos for triple in days]
         found: list[tuple[str | None, ...]] = []
@@ -231,6 +245,10 @@ class CompiledDependency:
                 row[y], row[m], row[d] = triple
                 found.append(tuple(row))
         return found
+
+
+#: The one combo of a dependency whose parameters are year, month and day only.
+_DAYS_ONLY = [(None, None, None)]
 
 
 def _pick(item: str | None, index: dict[str, int]) -> Pick:

@@ -49,9 +49,10 @@ def iso(moment: datetime | None) -> str:
     """``2015-05-04T01:00:00Z`` (naive means UTC); ``never`` for None."""
     if moment is None:
         return "never"
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if moment.tzinfo is not timezone.utc:  # the store's are UTC already: no conversion
+        moment = (moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None
+                  else moment.astimezone(timezone.utc))
+    return moment.isoformat()[:-len("+00:00")] + "Z"
 
 
 def short(checksum: str | None) -> str:
@@ -77,9 +78,8 @@ class _Planner:
                  data_time: DataTime) -> None:
         self.views, self.stored, self.mode = views, stored, mode
         self.now, self.data_time = now, data_time
-        # Per view, keyed (package, view) to skip building its name per partition: its
-        # current version checksum and whether it is noop.
-        self.facts: dict[tuple[str, str], tuple[str, bool]] = {}
+        # Per view name: its current version checksum and whether it is noop.
+        self.facts: dict[str, tuple[str, bool]] = {}
         # Per decided partition, by id (the lattice's addresses are interned, and an
         # id hashes in C where an address hashes in Python, once per edge): its
         # action, its timestamp once the plan is done (None: none or not yet known),
@@ -87,11 +87,10 @@ class _Planner:
         self.outcomes: dict[int, tuple[Action, datetime | None, bool]] = {}
 
     def view(self, address: ViewAddress) -> tuple[str, bool]:
-        key = (address.package, address.view)
-        found = self.facts.get(key)
+        found = self.facts.get(address.name)
         if found is None:
             spec = self.views[address.name]
-            found = self.facts[key] = (version_checksum(spec), spec.noop)
+            found = self.facts[address.name] = (version_checksum(spec), spec.noop)
         return found
 
     def only(self, address: ViewAddress) -> Decision:
@@ -101,7 +100,7 @@ class _Planner:
         if self.mode is Mode.SET_ONLY:
             return Decision(address, Action.SET, "SET_ONLY", version_checksum=checksum,
                             transformed_at=self.now)
-        if own.state.in_flight and own.job_id is not None:
+        if own.job_id is not None and own.state.in_flight:
             return Decision(address, Action.JOIN, f"being transformed by job {own.job_id}")
         if noop:
             return self.noop(address, own, checksum)
@@ -110,7 +109,7 @@ class _Planner:
     def decide(self, address: ViewAddress, dependencies: Sequence[ViewAddress]) -> Decision:
         own = self.stored.get(address, UNSTORED)
         checksum, noop = self.view(address)
-        if own.state.in_flight and own.job_id is not None:
+        if own.job_id is not None and own.state.in_flight:
             decision = Decision(address, Action.JOIN, f"being transformed by job {own.job_id}")
         elif noop:
             decision = self.noop(address, own, checksum)

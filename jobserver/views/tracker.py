@@ -36,7 +36,7 @@ from jobserver.store.feed import Cursor, FinalEvent, final_events, horizon, load
 from jobserver.store.models import as_utc
 from jobserver.store.tables import jobs
 from jobserver.views.listeners import ViewSchedulingEvent
-from jobserver.views.materialize import VIEWS, Materializer, job_key
+from jobserver.views.materialize import JOBS_FEED, VIEWS, Materializer, job_key
 from jobserver.views.model import ViewState
 from jobserver.views.store import CasConflict, Change, address_of
 from jobserver.views.tables import view_events, view_partitions
@@ -44,7 +44,6 @@ from locks.base import Lease
 
 log = logging.getLogger(__name__)
 
-JOBS_FEED = "views/jobs"
 EVENTS_FEED = "views/events"
 #: Rows read per feed and round; more are read in the next round.
 BATCH = 1000

@@ -67,7 +67,7 @@ def test_smoke_mode_writes_every_scenario(tmp_path: Path, pg_url: str) -> None:
     assert all(row["consumed"] == row["partitions"] and row["lag"] == 0
                and row["failed"] == 0 and row["job_errors"] == 0 for row in datasets)
     views = json.loads((results / "views-smoke.json").read_text())
-    assert all(row["store_replan_all_skip"] for row in views["store_rows"])
+    assert all(row["store_replan_all_skip"] and row["api_all_skip"] for row in views["store_rows"])
     assert all(row["materialized"] == row["partitions"] for row in views["run_rows"])
     ui = json.loads((results / "ui-smoke.json").read_text())["rows"]
     assert all(row["errors"] == 0 and row["n"] > 0 for row in ui), ui

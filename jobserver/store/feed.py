@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, insert, select, text, update
+from sqlalchemy import Connection, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -96,23 +96,29 @@ def load_cursor(conn: Connection, name: str,
                 head: Callable[[Connection], Cursor] | None = None) -> Cursor:
     """The saved cursor of the reader ``name``; a new reader starts at ``head`` (by
     default the final job events' :func:`head_of`: after every row already
-    committed), and is saved there."""
+    committed), and is saved there (:func:`start_cursor`: a cursor another
+    transaction made meanwhile is kept, and returned)."""
+    found = _saved(conn, name)
+    if found is None:
+        start_cursor(conn, name, head)
+        found = _saved(conn, name)
+        assert found is not None
+    return found
+
+
+def _saved(conn: Connection, name: str) -> Cursor | None:
     row = conn.execute(select(feed_cursors.c.txid, feed_cursors.c.position)
                        .where(feed_cursors.c.name == name)).first()
-    if row is not None:
-        return Cursor(int(row[0]), int(row[1]))
+    return None if row is None else Cursor(int(row[0]), int(row[1]))
+
+
+def start_cursor(conn: Connection, name: str,
+                 head: Callable[[Connection], Cursor] | None = None) -> None:
+    """Make the reader ``name``'s cursor at ``head`` (default :func:`head_of`) unless
+    it has one: also for a writer whose rows' consequences that reader must see
+    although it may not have run yet. Concurrent makers make one cursor (the insert
+    waits for the other's transaction, then leaves its row); the others keep it."""
     start = (head or head_of)(conn)
-    conn.execute(insert(feed_cursors).values(name=name, txid=start.txid,
-                                             position=start.position, updated_at=store_now()))
-    return start
-
-
-def start_cursor(conn: Connection, name: str) -> None:
-    """Make the reader ``name``'s cursor at :func:`head_of` unless it has one: for a
-    writer whose rows' consequences that reader must see although it may not have
-    run yet (a new reader starts after every row already written). Concurrent
-    callers make one cursor; the others keep it."""
-    start = head_of(conn)
     maker = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
     conn.execute(maker(feed_cursors).values(
         name=name, txid=start.txid, position=start.position,

@@ -4,13 +4,17 @@ when transactions commit out of id order (PostgreSQL)."""
 from __future__ import annotations
 
 import json
+import threading
+
+from sqlalchemy import text
 
 from jobserver.spec import Policy, parse_job, validate_job
 from jobserver.states import State
 from jobserver.store import Store
-from jobserver.store.feed import Cursor, final_events, head_of, load_cursor, save_cursor
+from jobserver.store.feed import (Cursor, final_events, head_of, load_cursor, save_cursor,
+                                  start_cursor)
 from jobserver.store.tables import AuditEvent, events, record_events
-from tests.helpers import job_spec
+from tests.helpers import job_spec, wait_for
 
 POLICY = Policy(lambda name: False, None)
 
@@ -99,3 +103,32 @@ def test_head_is_after_everything_committed(store: Store) -> None:
     with store.tx.write() as conn:
         assert final_events(conn, head, 10) == []
         assert [e.job_id for e in final_events(conn, Cursor(0, 0), 10)] == [job_id]
+
+
+def test_a_new_reader_made_by_another_transaction_meanwhile_is_kept(
+        store_on_postgres: Store) -> None:
+    """A view tracker's first round and a materialize both making the reader
+    ``views/jobs`` at once (PostgreSQL; SQLite runs one writer at a time): the second
+    waits for the first, keeps its cursor, and neither fails."""
+    store = store_on_postgres
+    found: list[Cursor] = []
+    with store.tx.write() as maker:
+        start_cursor(maker, "r")  # not committed yet
+        reader = threading.Thread(target=lambda: found.append(load_in_transaction(store)))
+        reader.start()
+        wait_for(lambda: waiting_on_a_lock(store), what="the reader to wait for the maker")
+        made = load_cursor(maker, "r")
+    reader.join(10)
+    assert found == [made]
+
+
+def load_in_transaction(store: Store) -> Cursor:
+    with store.tx.write() as conn:
+        return load_cursor(conn, "r")
+
+
+def waiting_on_a_lock(store: Store) -> bool:
+    with store.tx.read() as conn:
+        return bool(conn.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'")).scalar())

@@ -292,6 +292,11 @@ def test_second_sigterm_exits_at_once_and_loses_nothing(harness: Harness, tmp_pa
     try:
         cluster.start()
         cluster.submit(DRAIN_JOBS)
+        # The long jobs come once the short ones are done: with every node's slots free,
+        # a leader spreads them two to a node and so keeps two itself. Sent while its own
+        # slots are full of short jobs, it gives them all to the others, and the leader
+        # (the victim) would run none of the jobs this test needs it to hand over.
+        cluster.wait_progress(DRAIN_JOBS)
         long_jobs = cluster.submit_long(6, DRAIN_LONG_SECONDS)
         victim = cluster.victim(among=long_jobs)
         cluster.wait_busy(victim, done=0, among=long_jobs)

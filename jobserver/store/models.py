@@ -189,7 +189,9 @@ class StepRow(Base):
     __tablename__ = "steps"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    # No foreign key (migration 0016): a step is written only with its job, in its
+    # transaction, and retention deletes a job's steps with it by name.
+    job_id: Mapped[int] = mapped_column(BigId)
     position: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(String(100))
     type: Mapped[str] = mapped_column(String(32))
@@ -219,7 +221,8 @@ class StepLogRow(Base):
     offset of the chunk's first byte in the attempt's log and ``size`` its length, both
     uncompressed, so a reader can resume from a byte offset. Like ``job_events`` the
     rows name their step and belong to the job: deleting a job deletes them (ON DELETE
-    CASCADE), and a rerun, which starts the step's attempts again at 1, deletes its
+    CASCADE; ``steps`` and ``job_events`` have no such key since migration 0016, and
+    retention deletes them itself), and a rerun, which starts the step's attempts again at 1, deletes its
     steps' chunks."""
 
     __tablename__ = "step_logs"
@@ -246,7 +249,9 @@ class JobEventRow(Base):
     __tablename__ = "job_events"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    # No foreign key (migration 0016), as ``steps.job_id``: audit rows are written
+    # beside their job's own write, and retention deletes them with the job by name.
+    job_id: Mapped[int] = mapped_column(BigId)
     step: Mapped[str | None] = mapped_column(String(100))
     from_state: Mapped[str | None] = mapped_column(String(16))
     to_state: Mapped[str] = mapped_column(String(16))

@@ -8,9 +8,10 @@ then deleted in one short transaction (:meth:`RetentionRepository.delete`): its 
 are locked again with their state and age checked (PostgreSQL: ``FOR UPDATE SKIP
 LOCKED``, so a job an operator is rerunning just then is skipped, never waited for),
 :func:`jobserver.store.keep.kept` says which must stay, and the others go with their
-steps and events (the statements name them; the other tables holding a foreign key
-to ``jobs``, ``job_dependencies`` among them, follow by ``ON DELETE CASCADE``, which
-SQLite enforces: the engine turns ``foreign_keys`` on for every connection). Nothing
+steps and events. The statements name those two: they have no foreign key to
+``jobs`` (migration 0016), so nothing else would delete them. The tables that do hold
+one, ``job_dependencies`` and ``step_logs``, follow by ``ON DELETE CASCADE``, which
+SQLite enforces: the engine turns ``foreign_keys`` on for every connection. Nothing
 it writes makes a job claimable, so it wakes no scheduler.
 
 Every table that names a job, and what retention does about it:

@@ -10,7 +10,8 @@ connections as fast as the API answers. The jobs are due an hour later (``not_be
 so that the node's scheduler, idle, leaves the machine to the intake; ``--run`` makes
 them due at once, and the node runs them while they come in. Each client sends one
 batch before the clock starts; those are not counted. Writes
-``bench/results/bulk_intake[-smoke].json``. Not part of ``make bench``.
+``bench/results/bulk_intake[-smoke].json``; ``make bench`` runs the default as the
+``bulk_intake`` scenario.
 """
 
 from __future__ import annotations
@@ -113,6 +114,15 @@ def _jobs_in(url: str) -> int:
             return int(conn.execute(text("SELECT count(*) FROM jobs")).scalar_one())
     finally:
         engine.dispose()
+
+
+def run(opts: Options, stores: list[str] | None = None) -> list[dict[str, Any]]:
+    """The ``bulk_intake`` scenario of ``python -m bench``: the defaults below."""
+    batches, clients, size = (4, 2, 100) if opts.smoke else (40, 4, BATCH)
+    rows = [measure(backend, opts, batches, clients, size, False)
+            for backend in stores or list(LOCKS)]
+    write_result("bulk_intake", opts, rows)
+    return rows
 
 
 def main(argv: list[str]) -> None:

@@ -9,7 +9,7 @@ on) is idle; jobs of one ``bench.stamp`` step are submitted with ``not_before`` 
 idle at every due time. Lateness is the step body's first instruction minus
 ``not_before`` (one host clock). Without the timer a due job waited for the next poll:
 up to the poll interval, 650 ms in the issue's measurement. Writes
-``bench/results/due.json``. Not part of ``make bench`` yet.
+``bench/results/due[-smoke].json``; ``make bench`` runs it as the ``due`` scenario.
 """
 
 from __future__ import annotations
@@ -53,16 +53,25 @@ def lateness(opts: Options, store: str, count: int) -> dict[str, Any]:
                 "load1": loadavg()}
 
 
+def run(opts: Options, stores: list[str] | None = None) -> list[dict[str, Any]]:
+    """The ``due`` scenario of ``python -m bench``: both stores, 100 jobs each."""
+    return measure(opts, opts.scale(JOBS, 10), stores or list(STORES))
+
+
 def main(argv: list[str]) -> None:
     count = int(argv[0]) if argv else JOBS
-    stores = argv[1:] or list(STORES)
-    opts = Options(command="python -m bench.due " + " ".join(argv))
+    measure(Options(command="python -m bench.due " + " ".join(argv)), count,
+            argv[1:] or list(STORES))
+
+
+def measure(opts: Options, count: int, stores: list[str]) -> list[dict[str, Any]]:
     rows = []
     for store in stores:
         rows.append(lateness(opts, store, count))
         log(f"due {store}: p50 {rows[-1]['p50_ms']} ms p99 {rows[-1]['p99_ms']} ms "
             f"max {rows[-1]['max_ms']} ms, {rows[-1]['early']} early")
     write_result("due", opts, rows)
+    return rows
 
 
 if __name__ == "__main__":

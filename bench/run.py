@@ -18,18 +18,18 @@ is never asserted: a benchmark is not a test.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from bench.common import RESULTS_DIR, Options, log, write_result
+from bench.common import Options, log
+from bench.summary import load, summary
 
-SCENARIOS = ["floor", "throughput", "latency", "footprint", "failover", "backlog", "peers",
-             "profile", "schedules", "datasets", "views", "retention", "ui"]
+SCENARIOS = ["floor", "throughput", "latency", "due", "bulk_intake", "footprint", "failover",
+             "backlog", "peers", "profile", "schedules", "datasets", "views", "retention",
+             "ui"]
 NEEDS_ZK = {"throughput", "failover", "profile"}
 
 
@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 3)")
     parser.add_argument("--partitions", type=int, help="datasets: how many partitions "
                         "(default 1000000)")
-    parser.add_argument("--stores", help="datasets, views: only these stores, e.g. postgres")
+    parser.add_argument("--stores", help="datasets, views, due, bulk_intake: only these "
+                        "stores, e.g. postgres")
     parser.add_argument("--no-consume", action="store_true", help="datasets: adds and "
                         "fill-and-claims only, no consumer jobs")
     parser.add_argument("--views", type=int, help="views: how many views in the lattice "
@@ -89,14 +90,9 @@ def _zookeeper(work: Path):
     return server, None
 
 
-def _load(name: str, smoke: bool) -> dict[str, Any] | None:
-    path = RESULTS_DIR / f"{name}{'-smoke' if smoke else ''}.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def _peak(smoke: bool) -> dict[str, float]:
     """1-node single-mode jobs/s per store, for the latency runs at 80 % of peak."""
-    data = _load("throughput", smoke)
+    data = load("throughput", smoke)
     peak: dict[str, float] = {}
     for row in (data or {}).get("rows", []):
         if (row["mode"] == "single" and row["nodes"] == 1 and not row.get("settings")
@@ -142,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
                 if args.load_fractions:
                     latency.LOAD_FRACTIONS = [float(f) for f in args.load_fractions.split(",")]
                 latency.run(opts, _peak(opts.smoke))
+            elif name == "due":
+                from bench import due
+                due.run(opts, args.stores.split(",") if args.stores else None)
+            elif name == "bulk_intake":
+                from bench import bulk_intake
+                bulk_intake.run(opts, args.stores.split(",") if args.stores else None)
             elif name == "footprint":
                 from bench import footprint
                 footprint.run(opts)
@@ -190,174 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _add_throughput(add: Any, rates: dict[tuple, Any], slots: str, celery: Any, procr: Any,
-                    floor: Any) -> None:
-    """The throughput targets for one pass: the defaults (``slots`` empty) or the
-    100-slot pass (``throughput.WIDE``, ``slots`` = ", 100 slots")."""
-    pg1 = rates.get(("postgres", "postgres", "single", 1))
-    if pg1:
-        add(f"throughput PG 1 node (single{slots}) jobs/s", pg1, ">= 3000", pg1 >= 3000,
-            vs_celery=_ratio(pg1, celery), vs_procrastinate=_ratio(pg1, procr),
-            vs_pgbench=_ratio(pg1, floor))
-        if celery:
-            add(f"throughput PG 1 node / Celery{slots}", _ratio(pg1, celery), ">= 5x",
-                pg1 >= 5 * celery)
-    pg3, pgd1 = (rates.get(("postgres", "postgres", "distributed", n)) for n in (3, 1))
-    if pg3 and pgd1:
-        add(f"throughput PG distributed 3 nodes / 1 node{slots}", _ratio(pg3, pgd1), ">= 1.0",
-            pg3 >= pgd1)
-    sq = rates.get(("sqlite", "file", "single", 1))
-    if sq:
-        add(f"throughput SQLite 1 node jobs/s{slots}", sq, ">= 2000", sq >= 2000)
-
-
-def summary(opts: Options) -> list[dict[str, Any]]:
-    """Our figures beside the issue's targets, from the JSON files present."""
-    rows: list[dict[str, Any]] = []
-    tp_rows = (_load("throughput", opts.smoke) or {}).get("rows", [])
-    tp = {(r["store"], r["lock"], r["mode"], r["nodes"]): r["jobs_per_s"]
-          for r in tp_rows if not r.get("settings")}
-    wide = {(r["store"], r["lock"], r["mode"], r["nodes"]): r["jobs_per_s"]
-            for r in tp_rows if r.get("settings")}
-    peers = (_load("peers_throughput", opts.smoke) or {}).get("rows", [])
-    celery_best = max((r["jobs_per_s"] or 0 for r in peers
-                       if r["peer"] == "celery" and r["workers"] == 1), default=None)
-    procr = next((r["jobs_per_s"] for r in peers
-                  if r["peer"] == "procrastinate" and r["workers"] == 1), None)
-    floor = next((r["tps"] for r in (_load("floor", opts.smoke) or {}).get("rows", [])
-                  if r["clients"] == 10), None)
-
-    def add(what: str, value: Any, target: str, met: bool | None, **extra: Any) -> None:
-        rows.append({"figure": what, "value": value, "target": target,
-                     "met": None if met is None else ("yes" if met else "NO"), **extra})
-
-    _add_throughput(add, tp, "", celery_best, procr, floor)
-    _add_throughput(add, wide, ", 100 slots", celery_best, procr, floor)
-    for row in (_load("latency", opts.smoke) or {}).get("rows", []):
-        if row["config"] == "postgres notify" and row["load"] == "idle":
-            add("latency NOTIFY p50 ms", row["p50_ms"], "<= 3", _le(row["p50_ms"], 3))
-            add("latency NOTIFY p99 ms", row["p99_ms"], "<= 10", _le(row["p99_ms"], 10))
-        if row["config"] == "postgres poll 100ms" and row["load"] == "idle":
-            add("latency polling 100 ms p50 ms", row["p50_ms"], "<= 60", _le(row["p50_ms"], 60))
-    limits = {"file": ("<= poll + 1 s = 2 s", 2.0), "postgres": ("<= 2 s", 2.0),
-              "zookeeper": ("<= session + 1 s = 5 s", 5.0)}
-    for row in (_load("failover", opts.smoke) or {}).get("rows", []):
-        text, limit = limits[row["lock"]]
-        add(f"failover {row['lock']} {row['mode']} max s", row["max_s"], text,
-            _le(row["max_s"], limit), p50_s=row["p50_s"])
-    backlog = (_load("backlog", opts.smoke) or {}).get("rows", [])
-    for mix in ("finished", "ready"):
-        mine = [r for r in backlog if r["mix"] == mix]
-        if len(mine) > 1 and mine[-1].get("rate_vs_smallest"):
-            add(f"backlog {mix}: {mine[-1]['jobs_in_table']:,} vs {mine[0]['jobs_in_table']:,}"
-                " claim rate", mine[-1]["rate_vs_smallest"], ">= 0.9",
-                mine[-1]["rate_vs_smallest"] >= 0.9)
-    for row in (_load("footprint", opts.smoke) or {}).get("rows", []):
-        if row["state"] == "idle":
-            add(f"idle node RSS MB ({row['store']})", row["node_rss_mb"], "<= 120",
-                row["node_rss_mb"] <= 120, api_rss_mb=row["api_rss_mb"])
-    _add_schedules(add, (_load("schedules", opts.smoke) or {}).get("rows", []))
-    _add_datasets(add, (_load("datasets", opts.smoke) or {}).get("rows", []))
-    _add_views(add, _load("views", opts.smoke) or {})
-    _add_retention(add, _load("retention", opts.smoke) or {})
-    _add_ui(add, _load("ui", opts.smoke) or {})
-    if rows:
-        write_result("summary", opts, rows)
-        if not opts.smoke:  # the figures RESULTS.md compares the next run against
-            path = RESULTS_DIR / "history.jsonl"
-            lines = path.read_text().splitlines() if path.exists() else []
-            last = json.loads(lines[-1])["rows"] if lines else None
-            if rows != last:  # only when a figure changed
-                with open(path, "a") as history:
-                    history.write(json.dumps({"command": opts.command, "rows": rows,
-                                              "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
-                                  + "\n")
-    return rows
-
-
-def _add_schedules(add: Any, rows: list[dict[str, Any]]) -> None:
-    """The schedules scenario's targets: p99 fire-to-launch lag and evaluator CPU."""
-    for row in rows:
-        what = f"schedules {row['schedules']:,} {row.get('trigger', 'cron')}, {row['store']}"
-        add(f"{what}: p99 lag s", row["lag_p99_s"], "<= 1", _le(row["lag_p99_s"], 1.0),
-            p50_s=row["lag_p50_s"], missing=row["missing"])
-        pct = row["eval_core_pct"]
-        add(f"{what}: evaluator % of a core", pct, "< 10",
-            None if pct is None else pct < 10)
-
-
-def _add_datasets(add: Any, rows: list[dict[str, Any]]) -> None:
-    """The datasets scenario's targets: batched adds per second (PostgreSQL) and a
-    fill-and-claim at the full dataset within 2x of one at 1,000 partitions."""
-    for row in rows:
-        what = f"datasets {row['partitions']:,} partitions, {row['store']}"
-        if row["store"] == "postgres":
-            add(f"{what}: added per s (batches of 10,000)", row["add_per_s"], ">= 20000",
-                row["add_per_s"] >= 20000, consumed_per_s=row.get("consume_per_s"))
-        add(f"{what}: fill-and-claim vs at 1,000", row["fill_ratio"], "<= 2.0",
-            _le(row["fill_ratio"], 2.0), p50_ms=row["fill_full_p50_ms"],
-            p50_ms_at_1k=row["fill_1k_p50_ms"])
-        if row.get("fill_ratio_analyzed") is not None:
-            add(f"{what}: fill-and-claim vs at 1,000, after ANALYZE",
-                row["fill_ratio_analyzed"], "<= 2.0", _le(row["fill_ratio_analyzed"], 2.0),
-                p50_ms=row["fill_full_analyzed_p50_ms"])
-
-
-def _add_views(add: Any, document: dict[str, Any]) -> None:
-    """The views scenario's targets: plan and re-plan of the lattice within 5 s each
-    (in memory, read from the store, and the API's request); no-op view partitions
-    materialized per s."""
-    for row in document.get("rows", []):
-        what = f"views {row['partitions']:,} partitions"
-        add(f"{what}: plan s (instantiate + plan)", row["plan_total_s"], "<= 5",
-            _le(row["plan_total_s"], 5.0), per_s=row["plan_per_s"])
-        add(f"{what}: re-plan unchanged s", row["replan_total_s"], "<= 5",
-            _le(row["replan_total_s"], 5.0) and row["replan_all_skip"],
-            per_s=row["replan_per_s"])
-    for row in document.get("store_rows", []):
-        add(f"views {row['partitions']:,} partitions, {row['store']}: re-plan from the "
-            "store s", row["store_replan_s"], "<= 5",
-            _le(row["store_replan_s"], 5.0) and row["store_replan_all_skip"],
-            read_s=row["read_s"])
-        for kind, label in (("api_plan", "with plan"), ("api_default", "DEFAULT")):
-            if f"{kind}_s" in row:  # runs before the API's row have none
-                add(f"views {row['partitions']:,} partitions, {row['store']}: POST "
-                    f"materialize {label}, unchanged, s", row[f"{kind}_s"], "<= 5",
-                    _le(row[f"{kind}_s"], 5.0) and row["api_all_skip"])
-    for row in document.get("run_rows", []):
-        add(f"views {row['partitions']:,} no-op partitions run, {row['store']}: "
-            "materialized per s", row["run_per_s"], "report", None, submit_s=row["submit_s"])
-
-
-def _add_retention(add: Any, document: dict[str, Any]) -> None:
-    """The retention scenario's target: claim rate and p99 latency while old jobs are
-    deleted within 10 % of those without."""
-    for phase, figures in (document.get("ratios") or {}).items():
-        what = f"retention {document.get('old_jobs', 0):,} old jobs, deleted by {phase}"
-        rate, p99 = figures.get("claim_rate_ratio"), figures.get("p99_ratio")
-        add(f"{what}: claim rate vs none", rate, ">= 0.9", None if rate is None else rate >= 0.9)
-        add(f"{what}: p99 vs none", p99, "<= 1.1", _le(p99, 1.1))
-
-
-def _add_ui(add: Any, document: dict[str, Any]) -> None:
-    """The ui scenario's target: every dashboard page within 200 ms on the store."""
-    for row in document.get("rows", []):
-        add(f"ui {document.get('jobs', 0):,} jobs: {row['page']} p95 ms", row["p95_ms"],
-            f"<= {row['target_ms']:g}", _le(row["p95_ms"], row["target_ms"])
-            and not row["errors"], p50_ms=row["p50_ms"], max_ms=row["max_ms"])
-
-
 def _pair(text: str) -> tuple[int, int]:
     views, days = text.lower().split("x")
     return int(views), int(days)
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 2) if a and b else None
-
-
-def _le(value: float | None, limit: float) -> bool | None:
-    return None if value is None else value <= limit
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from typing import Any
 from bench.common import RESULTS_DIR, Options, log, write_result
 
 SCENARIOS = ["floor", "throughput", "latency", "footprint", "failover", "backlog", "peers",
-             "profile", "schedules", "datasets", "views", "retention", "ui"]
+             "shapes", "profile", "schedules", "datasets", "views", "retention", "ui"]
 NEEDS_ZK = {"throughput", "failover", "profile"}
 
 
@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "peers":
                 from bench.peers import scenarios
                 scenarios.run(opts)
+            elif name == "shapes":
+                from bench import shapes
+                shapes.run(opts)
             elif name == "profile":
                 from bench import profile
                 profile.run(opts, zk_hosts)
@@ -233,6 +236,7 @@ def summary(opts: Options) -> list[dict[str, Any]]:
 
     _add_throughput(add, tp, "", celery_best, procr, floor)
     _add_throughput(add, wide, ", 100 slots", celery_best, procr, floor)
+    _add_shapes(add, (_load("shapes", opts.smoke) or {}).get("rows", []))
     for row in (_load("latency", opts.smoke) or {}).get("rows", []):
         if row["config"] == "postgres notify" and row["load"] == "idle":
             add("latency NOTIFY p50 ms", row["p50_ms"], "<= 3", _le(row["p50_ms"], 3))
@@ -273,6 +277,27 @@ def summary(opts: Options) -> list[dict[str, Any]]:
                                               "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
                                   + "\n")
     return rows
+
+
+def _add_shapes(add: Any, rows: list[dict[str, Any]]) -> None:
+    """The shapes scenario's targets, beside the no-op rows: 10 ms sleeps at >= 95 % of
+    the 1,000/s floor, a /bin/true step within 2x of fork+exec; each against the best
+    Celery pool and procrastinate with the same shape."""
+    targets = {"sleep10": ("jobs/s / 1,000 floor", ">= 0.95", lambda v: v >= 0.95),
+               "true": ("fork+exec x10 / ours", "<= 2.0", lambda v: v <= 2.0)}
+    for ours in (r for r in rows if r["system"] == "jobserver"):
+        shape = ours["shape"]
+        peers = [r for r in rows if r["shape"] == shape]
+        celery = max((r["jobs_per_s"] or 0 for r in peers if r["system"] == "celery"),
+                     default=None)
+        procr = next((r["jobs_per_s"] for r in peers if r["system"] == "procrastinate"), None)
+        what, target, met = targets.get(shape, ("jobs/s", "report", None))
+        value = ours["vs_floor"] if shape in targets else ours["jobs_per_s"]
+        add(f"shapes {shape}: {what}", value, target,
+            None if met is None or value is None else met(value),
+            jobs_per_s=ours["jobs_per_s"], ms_per_job=ours["ms_per_job"],
+            vs_celery=_ratio(ours["jobs_per_s"], celery),
+            vs_procrastinate=_ratio(ours["jobs_per_s"], procr))
 
 
 def _add_schedules(add: Any, rows: list[dict[str, Any]]) -> None:

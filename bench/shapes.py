@@ -17,9 +17,11 @@ node, 10 slots): jobs queued up front, jobs/s from the first start to the last f
 on the store's clock, CPU per job of the node (its own, and the processes it reaped:
 a shell step's), and of this database's PostgreSQL backends. ``step_ms`` is the wall
 time of a job's steps as the store recorded it; ``slot_ms_per_job`` (10 slots / jobs/s)
-minus ``step_ms`` is what a job costs a slot outside its steps. ``vs_floor``: for
-``sleep10``, jobs/s over the 1,000/s floor (target >= 0.95); for ``true``, how many
-times fork+exec (posix_spawn, 10 threads) outruns the row (target <= 2).
+minus ``step_ms`` is what a job costs a slot outside its steps; ``jobs_per_claim`` and
+``jobs_per_finish`` say how many jobs shared each claim and each final write.
+``vs_floor``: for ``sleep10``, jobs/s over the 1,000/s floor (target >= 0.95); for
+``true``, how many times fork+exec (posix_spawn, 10 threads) outruns the row (target
+<= 2).
 """
 
 from __future__ import annotations
@@ -77,6 +79,25 @@ def _step_ms(url: str) -> float | None:
     return None if value is None else round(float(value) * 1000, 3)
 
 
+def _batches(url: str) -> dict[str, float | None]:
+    """Jobs per claim and per final write: job events of one transaction (``txid``)
+    came from one claim statement, or from one group commit of finished jobs."""
+    from sqlalchemy import text
+
+    with poll_engine(url).connect() as conn:
+        found = dict(conn.execute(text(
+            "SELECT to_state, count(*)::float / count(DISTINCT txid) FROM job_events "
+            "WHERE step IS NULL AND txid IS NOT NULL AND ((from_state = 'READY' AND "
+            "to_state = 'RUNNING') OR (from_state = 'RUNNING' AND to_state = 'SUCCEED')) "
+            "GROUP BY to_state")).all())
+    return {"jobs_per_claim": _round(found.get("RUNNING")),
+            "jobs_per_finish": _round(found.get("SUCCEED"))}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
 def run_ours(opts: Options, shape: str, jobs: int, cap: float) -> dict[str, Any]:
     """One shape through one node (PostgreSQL store, postgres lock, single mode)."""
     work = opts.work_dir / f"shapes-{shape}"
@@ -90,14 +111,14 @@ def run_ours(opts: Options, shape: str, jobs: int, cap: float) -> dict[str, Any]
             cpu = [-v for v in _node_cpu(node.pid, dbname)]
             done, _ = wait_all_done(url, jobs, cap)
             cpu = [a + b for a, b in zip(cpu, _node_cpu(node.pid, dbname))]
-        window, step_ms = run_window(url), _step_ms(url)
+        window, step_ms, batches = run_window(url), _step_ms(url), _batches(url)
     measured = max(done - done0, 1)
     own, reaped, db = (round(v * 1000 / measured, 2) for v in cpu)
     return {"system": "jobserver", "config": "postgres/postgres/single/1", "jobs": jobs,
             "done": window["done"], "errors": window["errors"], "seconds": window["seconds"],
             "jobs_per_s": window["jobs_per_s"], "capped": done < jobs,
             "worker_cpu_ms_per_job": own, "child_cpu_ms_per_job": reaped,
-            "store_cpu_ms_per_job": db, "step_ms": step_ms,
+            "store_cpu_ms_per_job": db, "step_ms": step_ms, **batches,
             "note": {"payload": "4 KB in steps.metrics"}.get(shape)}
 
 

@@ -13,10 +13,10 @@ jobs/s is from the first task body's start to the last task's end, on each peer'
 clock (procrastinate: its ``started``/``succeeded`` events; Celery: the body's stamp
 and ``date_done``). A chain's jobs/s is its tasks done / 5 over that span: both peers
 queue each next link behind every first link queued up front, so whole chains only
-finish at the end of the run (``done`` counts them; a capped row has few). CPU per job is read from /proc between the first
-finished job and the last: the worker's process tree, the processes it waited for,
-and the store (this database's PostgreSQL backends, or the Redis server, which other
-clients of it may share).
+finish at the end of the run (``done`` counts them; a capped row has few). CPU per
+job is read from /proc between the first finished job and the last: the worker's
+process tree, the processes it waited for, and the store (this database's PostgreSQL
+backends, or the Redis server, which other clients of it may share).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def procrastinate_shape(opts: Options, shape: str, jobs: int, cap: float) -> dic
     return {"system": "procrastinate", "config": "concurrency=10", "jobs": jobs,
             "done": done, "errors": errors, **_rate(tasks / links, span),
             "capped": done < jobs,
-            **window.per_job(done - done0), "note": note}
+            **window.per_job(tasks / links - done0), "note": note}
 
 
 # -- Celery ----------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def celery_shape(opts: Options, kind: str, concurrency: int, shape: str, jobs: i
     note = {"chain5": "celery.chain of 5 tasks", "payload": "4 KB result in Redis"}.get(shape)
     return {"system": "celery", "config": f"{kind} c={concurrency}", "jobs": jobs,
             "done": done, "errors": errors, **_rate(units, span), "capped": done < jobs,
-            **window.per_job(done - done0), "note": note}
+            **window.per_job(units - done0), "note": note}
 
 
 def _rate(done: float, span: float | None) -> dict[str, Any]:

@@ -197,6 +197,17 @@ def cpu_seconds(pid: int, tid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def reaped_cpu_seconds(pid: int) -> float:
+    """cutime + cstime of one process: the CPU of the children it has waited for
+    (theirs included), e.g. the processes a shell step starts (0 if it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = raw[raw.rindex(")") + 2:].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
 def backend_pids(dbname: str) -> list[int]:
     """PostgreSQL backends connected to ``dbname`` (their title names the database)."""
     found = []

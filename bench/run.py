@@ -9,6 +9,7 @@
     python -m bench --only views --views 20 --view-days 5000 --view-run 10x1000
     python -m bench --only retention --retention-jobs 1000000 --rounds 2
     python -m bench --only ui --ui-jobs 1000000 --ui-rounds 50
+    python -m bench --only footprint --footprint-jobs 1000000
 
 Each scenario prints a table and writes ``bench/results/<scenario>[-smoke].json``;
 ``summary`` puts our figures beside the issue's targets and the peers' ratios. Timing
@@ -28,8 +29,8 @@ from bench.common import Options, log
 from bench.summary import load, summary
 
 SCENARIOS = ["floor", "throughput", "latency", "due", "bulk_intake", "footprint", "failover",
-             "backlog", "peers", "profile", "schedules", "datasets", "views", "retention",
-             "ui"]
+             "backlog", "peers", "shapes", "profile", "schedules", "datasets", "views",
+             "retention", "ui"]
 NEEDS_ZK = {"throughput", "failover", "profile"}
 
 
@@ -71,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--ui-jobs", type=int, help="ui: jobs in the store the dashboard's "
                         "pages are timed on (default 1000000)")
     parser.add_argument("--ui-rounds", type=int, help="ui: GETs of each page (default 50)")
+    parser.add_argument("--footprint-jobs", type=int, help="footprint: no-op jobs pushed "
+                        "through a node before its idle RSS is taken again (default "
+                        "1000000; 0 leaves it out)")
     parser.add_argument("--no-zookeeper", action="store_true")
     parser.add_argument("--no-profile", action="store_true", help="skip py-spy")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -146,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 bulk_intake.run(opts, args.stores.split(",") if args.stores else None)
             elif name == "footprint":
                 from bench import footprint
-                footprint.run(opts)
+                footprint.run(opts, args.footprint_jobs)
             elif name == "failover":
                 from bench import failover
                 failover.run(opts, zk_hosts, args.trials)
@@ -157,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "peers":
                 from bench.peers import scenarios
                 scenarios.run(opts)
+            elif name == "shapes":
+                from bench import shapes
+                shapes.run(opts)
             elif name == "profile":
                 from bench import profile
                 profile.run(opts, zk_hosts)

@@ -66,6 +66,7 @@ def summary(opts: Options) -> list[dict[str, Any]]:
 
     _add_throughput(add, tp, "", celery_best, procr, floor)
     _add_throughput(add, wide, ", 100 slots", celery_best, procr, floor)
+    _add_shapes(add, (load("shapes", opts.smoke) or {}).get("rows", []))
     _add_latency(add, (load("latency", opts.smoke) or {}).get("rows", []),
                  (load("peers_latency", opts.smoke) or {}).get("rows", []))
     _add_due(add, (load("due", opts.smoke) or {}).get("rows", []))
@@ -87,6 +88,10 @@ def summary(opts: Options) -> list[dict[str, Any]]:
         if row["state"] == "idle":
             add(f"idle node RSS MB ({row['store']})", row["node_rss_mb"], "<= 120",
                 row["node_rss_mb"] <= 120, api_rss_mb=row["api_rss_mb"])
+        elif row["state"].startswith("idle after"):
+            add(f"idle node RSS MB ({row['store']}) {row['state'][5:]}", row["node_rss_mb"],
+                "<= 120", row["node_rss_mb"] <= 120, api_rss_mb=row["api_rss_mb"],
+                growth_mb=row.get("node_growth_mb"))
     _add_schedules(add, (load("schedules", opts.smoke) or {}).get("rows", []))
     _add_datasets(add, (load("datasets", opts.smoke) or {}).get("rows", []))
     _add_views(add, load("views", opts.smoke) or {})
@@ -104,6 +109,27 @@ def summary(opts: Options) -> list[dict[str, Any]]:
                                               "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
                                   + "\n")
     return rows
+
+
+def _add_shapes(add: Any, rows: list[dict[str, Any]]) -> None:
+    """The shapes scenario's targets, beside the no-op rows: 10 ms sleeps at >= 95 % of
+    the 1,000/s floor, a /bin/true step within 2x of fork+exec; each against the best
+    Celery pool and procrastinate with the same shape."""
+    targets = {"sleep10": ("jobs/s / 1,000 floor", ">= 0.95", lambda v: v >= 0.95),
+               "true": ("fork+exec x10 / ours", "<= 2.0", lambda v: v <= 2.0)}
+    for ours in (r for r in rows if r["system"] == "jobserver"):
+        shape = ours["shape"]
+        peers = [r for r in rows if r["shape"] == shape]
+        celery = max((r["jobs_per_s"] or 0 for r in peers if r["system"] == "celery"),
+                     default=None)
+        procr = next((r["jobs_per_s"] for r in peers if r["system"] == "procrastinate"), None)
+        what, target, met = targets.get(shape, ("jobs/s", "report", None))
+        value = ours["vs_floor"] if shape in targets else ours["jobs_per_s"]
+        add(f"shapes {shape}: {what}", value, target,
+            None if met is None or value is None else met(value),
+            jobs_per_s=ours["jobs_per_s"], ms_per_job=ours["ms_per_job"],
+            vs_celery=_ratio(ours["jobs_per_s"], celery),
+            vs_procrastinate=_ratio(ours["jobs_per_s"], procr))
 
 
 def _add_latency(add: Any, ours: list[dict[str, Any]], peers: list[dict[str, Any]]) -> None:

@@ -98,8 +98,11 @@ class Backend:
 # -- the cluster ------------------------------------------------------------------------------
 class ChaosCluster:
     def __init__(self, harness: Harness, tmp_path: Path, mode: str, backend: Backend,
-                 size: int = 3, zk_hosts: dict[str, str] | None = None) -> None:
+                 size: int = 3, zk_hosts: dict[str, str] | None = None,
+                 settings: dict[str, str] | None = None) -> None:
         self.harness = harness
+        #: JOBSERVER_* settings of this test's own, over CHAOS_ENV
+        self.settings = settings or {}
         self.mode = mode
         self.backend = backend
         self.ids = [f"node-{i}" for i in range(1, size + 1)]
@@ -120,7 +123,7 @@ class ChaosCluster:
     # -- processes --------------------------------------------------------------------
     def node_env(self, node_id: str) -> dict[str, str]:
         env = dict(CHAOS_ENV, JOBSERVER_SCHEDULER__MODE=self.mode,
-                   JOBSERVER_LOCK__BACKEND=self.backend.lock)
+                   JOBSERVER_LOCK__BACKEND=self.backend.lock, **self.settings)
         if self.backend.lock == "zookeeper":
             env["JOBSERVER_ZOOKEEPER__HOSTS"] = self.zk_hosts.get(node_id,
                                                                  self.backend.zk_hosts or "")

@@ -396,6 +396,10 @@ def _attempts_and_runs(cluster: ChaosCluster, job_ids: list[int],
 # -- 9. a node restarted at once after kill -9 ------------------------------------------------
 #: What a node logs while its dead process's session still holds its presence lock.
 PRESENCE_WAIT_LOG = "perhaps by this node's last process"
+#: The ZooKeeper session of this test's nodes: the restarted process must come up while
+#: its dead predecessor's session still lives. With the chaos default (4 s) a loaded
+#: machine took that long to start the new interpreter, and the gap under test was gone.
+RESTART_SESSION_TIMEOUT = 12.0
 
 
 @pytest.mark.timeout(90)
@@ -405,7 +409,9 @@ def test_a_node_restarted_at_once_after_kill_9_takes_back_its_id(
     the dead process's session and so its presence lock: the new process waits for that
     session to expire and starts, rather than taking its own id for another live node's.
     (File and PostgreSQL locks die with the process, so only ZooKeeper has the gap.)"""
-    cluster = ChaosCluster(harness, tmp_path, "leader", make_backend(request, "zookeeper"))
+    cluster = ChaosCluster(harness, tmp_path, "leader", make_backend(request, "zookeeper"),
+                           settings={"JOBSERVER_ZOOKEEPER__SESSION_TIMEOUT":
+                                     str(RESTART_SESSION_TIMEOUT)})
     figures = Figures(f"restart at once after kill -9 {cluster.label}")
     try:
         cluster.start()

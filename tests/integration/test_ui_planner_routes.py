@@ -23,6 +23,7 @@ from tests.integration.test_ui_sessions import (CONFIG_TOKEN, HTML, form_value, 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NIGHTLY = "/ui/schedules/default/nightly-extract"
 HOURLY = "/ui/schedules/default/hourly-compaction"
+SETUP_TIMEOUT = 60.0
 
 
 @pytest.fixture
@@ -31,7 +32,10 @@ def applied(store: Store, tmp_path: Path) -> Store:
     with live_api(store, tmp_path / "api", CONFIG_TOKEN) as url:
         for name in ("schedules.yaml", "datasets.yaml", "views.yaml"):
             text = (EXAMPLES / name).read_text()
-            assert apply_documents(Client(url, CONFIG_TOKEN), load(text), out=io.StringIO()) == 0
+            # The CLI's 10 s timeout is for one request to a server; here a loaded CI
+            # machine once took 10 s over a SQLite write of the setup, not the test.
+            client = Client(url, CONFIG_TOKEN, timeout=SETUP_TIMEOUT)
+            assert apply_documents(client, load(text), out=io.StringIO()) == 0
     return store
 
 

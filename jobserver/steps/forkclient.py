@@ -191,6 +191,8 @@ class ForkServer:
                 self._state.notify_all()
             if conn is not None:
                 self._read(conn)
+                with self._state:
+                    self._conn = None
 
     def _spawn(self) -> _Connection | None:
         assert self._executable is not None
@@ -198,7 +200,7 @@ class ForkServer:
         try:
             proc = subprocess.Popen(
                 [self._executable, "-I", "-S", forkserver.__file__, str(os.getpid())],
-                stdin=theirs, start_new_session=True)
+                stdin=theirs.fileno(), start_new_session=True)
         except OSError as exc:
             log.warning("fork server not started (%s): shell steps use the reaper", exc)
             ours.close()
@@ -228,6 +230,7 @@ class ForkServer:
                 pass
         conn.lost()
         conn.sock.close()
+        conn.proc.kill()  # dead already, or abandoned: either way, done with
         code = conn.proc.wait()
         log.warning("fork server %d ended (status %s); a new one starts at the next "
                     "shell step", conn.proc.pid, code)

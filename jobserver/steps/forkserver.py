@@ -13,7 +13,8 @@ so a step costs a fork and an exec, not an interpreter's start as the per-step
 Protocol. Node to server, per step: a 4-byte big-endian length sent with the step's
 output pipe (write end, SCM_RIGHTS), then that many bytes of JSON ``{"id", "argv",
 "env", "cwd"}``. Server to node, JSON lines: ``{"ready": PID}`` once at start, then
-per step ``{"id", "pid"}`` (or ``{"id", "error"}`` if the fork failed) at once, and
+per step ``{"id", "pid"}`` (or ``{"id", "error"}`` if the fork failed) as soon as the
+child has exec'd (its process group then exists), and
 ``{"id", "status", "cpu_seconds", "peak_rss_kb"}`` when ``wait4`` reaps it (status as
 ``os.waitstatus_to_exitcode``; CPU and peak RSS of the step and of every descendant
 it waited for). The pid line always comes before the step's end line.
@@ -117,8 +118,9 @@ class Server:
     def _request(self) -> bool:
         """Start one step; False when the node has closed the socket."""
         header, fds, _, _ = socket.recv_fds(self._sock, HEADER.size, 1)
-        if len(header) < HEADER.size or not fds:
+        if not header or not fds:
             return False
+        header += self._read(HEADER.size - len(header))
         out = fds[0]
         os.set_inheritable(out, False)  # only dup2 in the step's child makes it 1 and 2
         try:
@@ -138,13 +140,25 @@ class Server:
         return bytes(data)
 
     def _fork(self, request: dict[str, Any], out: int) -> None:
+        """Fork the step; answer its pid once it has exec'd (or failed to), so that
+        its process group exists by the time the node may signal it."""
+        execed, child_end = os.pipe()  # both close-on-exec: EOF once the child execs
         try:
             pid = os.fork()
         except OSError as exc:
+            os.close(execed)
+            os.close(child_end)
             self._send({"id": request["id"], "error": exc.strerror or str(exc)})
             return
         if pid == 0:
+            os.close(execed)
             _exec_step(request, out, self._pid)
+        os.close(child_end)
+        try:
+            while os.read(execed, 512):
+                pass
+        finally:
+            os.close(execed)
         self._pids[pid] = request["id"]
         self._send({"id": request["id"], "pid": pid})
 

@@ -98,6 +98,7 @@ class Server:
         self._sock, self._pid = sock, os.getpid()
         self._pids: dict[int, Any] = {}  # pid -> request id, until reaped
         self._wake_r, wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
         os.set_blocking(wake_w, False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(wake_w)
@@ -175,20 +176,29 @@ class Server:
                 return True
             if not pid:
                 return True
-            self._send({"id": self._pids.pop(pid), "status": os.waitstatus_to_exitcode(status),
+            self._send({"id": self._pids.pop(pid, None), "status": os.waitstatus_to_exitcode(status),
                         "cpu_seconds": usage.ru_utime + usage.ru_stime,
                         "peak_rss_kb": usage.ru_maxrss})
         return True
+
+
+def _take_socket() -> socket.socket:
+    """The node's socket (fd 0), moved above 2; fds 0-2 are then taken (/dev/null
+    where the node left one closed), so no received pipe is ever one of them."""
+    null = os.open(os.devnull, os.O_RDWR)
+    while null <= 2:
+        null = os.open(os.devnull, os.O_RDWR)
+    sock = socket.socket(fileno=os.dup(0))  # dup: not inheritable, as every fd here
+    os.dup2(null, 0, inheritable=False)
+    os.close(null)
+    return sock
 
 
 def main(args: list[str]) -> int:
     die_with_parent(int(args[0]))
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    sock = socket.socket(fileno=os.dup(0))  # dup: not inheritable, as every fd here
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0, inheritable=False)
-    os.close(null)
+    sock = _take_socket()
     try:
         Server(sock).serve()
     except (EOFError, ConnectionError):

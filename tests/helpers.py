@@ -69,3 +69,13 @@ def live_api(store: Any, data_dir: Path, token: str) -> Iterator[str]:
     finally:
         server.shutdown()
         thread.join(10)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie or a dead process does not): read from
+    ``/proc``, so a process that is not this one's child can be watched too."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"

@@ -23,7 +23,7 @@ from jobserver.states import State
 from jobserver.steps import StepContext, forkclient
 from jobserver.steps.shell import run_shell
 from tests.conftest import missing_service
-from tests.helpers import wait_for
+from tests.helpers import process_alive, wait_for
 
 NODE_MEMORY = 160 << 20  # what this process holds while the steps run
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,14 +48,6 @@ def _ppid(pid: int) -> int | None:
     except OSError:
         return None
     return int(stat[stat.rindex(")") + 2:].split()[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 def test_the_step_is_the_servers_child_not_the_nodes(server: forkclient.ForkServer) -> None:
@@ -103,7 +95,7 @@ def test_a_step_dies_with_the_server(server: forkclient.ForkServer, tmp_path: Pa
     assert serving is not None and serving == server.pid()
     os.kill(serving, signal.SIGKILL)
     runner.join(30)
-    assert not _alive(step)
+    assert not process_alive(step)
     assert outcomes[0].state is State.ERROR and outcomes[0].exit_code == -signal.SIGKILL
 
 
@@ -160,8 +152,8 @@ def test_a_node_killed_with_sigkill_leaves_no_step_running(tmp_path: Path) -> No
         assert serving is not None and _ppid(serving) == node.pid  # node -> server -> step
         node.kill()
         node.wait(10)
-        wait_for(lambda: not _alive(serving), what=f"the server {serving} to die with the node")
-        wait_for(lambda: not _alive(step), what=f"step {step} to die with the node")
+        wait_for(lambda: not process_alive(serving), what=f"the server {serving} to die with the node")
+        wait_for(lambda: not process_alive(step), what=f"step {step} to die with the node")
     finally:
         node.kill()
         node.wait(10)

@@ -23,7 +23,7 @@ from jobserver.states import State
 from jobserver.steps import StepContext
 from jobserver.steps.shell import REAPER, SETPRIV, _command, run_shell
 from tests.conftest import missing_service
-from tests.helpers import wait_for
+from tests.helpers import process_alive, wait_for
 
 NODE_MEMORY = 160 << 20  # what this process holds while the steps run
 
@@ -83,20 +83,12 @@ def test_a_step_dies_with_its_reaper(tmp_path: Path) -> None:
         assert step != reaper.pid  # the step is the reaper's child, not the node's
         os.kill(reaper.pid, signal.SIGKILL)
         reaper.wait(10)
-        wait_for(lambda: not _alive(step), what=f"step {step} to die with its reaper")
+        wait_for(lambda: not process_alive(step), what=f"step {step} to die with its reaper")
     finally:
         try:
             os.killpg(reaper.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 @pytest.mark.parametrize("env", [{}, {"LC_CTYPE": "C"}, {"LANG": "C"}])

@@ -188,24 +188,25 @@ def tree_pids(pid: int) -> list[int]:
 
 def cpu_seconds(pid: int, tid: int | None = None) -> float:
     """utime + stime of one process, or of its thread ``tid`` (0 if it is gone)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat" if tid is None
-                   else f"/proc/{pid}/task/{tid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = raw[raw.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    return _stat_seconds(path, 11)
 
 
 def reaped_cpu_seconds(pid: int) -> float:
     """cutime + cstime of one process: the CPU of the children it has waited for
     (theirs included), e.g. the processes a shell step starts (0 if it is gone)."""
+    return _stat_seconds(f"/proc/{pid}/stat", 13)
+
+
+def _stat_seconds(path: str, first: int) -> float:
+    """The sum of two clock-tick fields of a ``stat`` file from ``first`` on, counted
+    after the command name (which may hold spaces), in seconds."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        raw = Path(path).read_text()
     except OSError:
         return 0.0
     fields = raw[raw.rindex(")") + 2:].split()
-    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
 
 
 def backend_pids(dbname: str) -> list[int]:

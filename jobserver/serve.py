@@ -61,7 +61,46 @@ EXIT_CODES = {0: "drained", 2: "bad configuration (see its log)",
               EXIT_API_FAILED: "its API process kept exiting; the node drained and stopped"}
 
 
+class Signals:
+    """SIGTERM/SIGINT as the node sees them, from the first line of :func:`serve`.
+
+    The handlers are in place before the node registers itself or takes a lock: a
+    node that others can already see as alive must drain on SIGTERM, never die of
+    the signal's default action half started (the row and the presence lock would
+    then be left for the other nodes' rescue, and its supervisor would read a kill).
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.stop = threading.Event()
+        self.seen: list[int] = []
+        self.drain_until: float | None = None  # server.drain_timeout after the first
+        self.api: ApiChild | None = None  # stopped on a second signal, once there is one
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        # An operator (or a test) asking why a node does not stop gets every thread's
+        # stack on stderr with `kill -USR1 PID`, without stopping it.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.seen.append(signum)
+        if len(self.seen) > 1:
+            log.warning("second signal: exiting now; other nodes will rescue running jobs")
+            if self.api is not None:
+                self.api.stop(timeout=1)
+            # 3, as for a drain that timed out: stopped without draining (1 would say
+            # "the API refused", which a supervisor must not read into this exit).
+            os._exit(EXIT_NOT_DRAINED)
+        log.info("signal %s: draining", signal.Signals(signum).name)
+        self.drain_until = time.monotonic() + self.config.server.drain_timeout
+        self.stop.set()
+
+
 def serve(config: Config) -> int:
+    signals = Signals(config)
+    signals.install()
     check_serve_auth(config)  # auth off only on loopback; some token must exist
     # Before any lock or row: a node that could not serve its API must not schedule.
     check_bind(config.api.bind, config.api.reuse_port)
@@ -69,33 +108,14 @@ def serve(config: Config) -> int:
 
     set_log_defaults(node=config.server.id)  # every JSON log line names its node
     prepare_multiprocess_dir(config.data_dir, config.server.id)
+    if signals.stop.is_set():
+        return 0  # told to stop before anything was taken: nothing to drain
     node = Node(config)
     node.start()  # refuses a server.id already in use before any API process exists
     prepare_buckets(config.data_dir, config.server.id)
-    api = ApiChild(config)
+    api = signals.api = ApiChild(config)
     api.start()
-    stop = threading.Event()
-    signals_seen = []
-    drain_until: list[float] = []  # when the drain ends: server.drain_timeout after a signal
-
-    def on_signal(signum: int, _frame: object) -> None:
-        signals_seen.append(signum)
-        if len(signals_seen) > 1:
-            log.warning("second signal: exiting now; other nodes will rescue running jobs")
-            api.stop(timeout=1)
-            # 3, as for a drain that timed out: stopped without draining (1 would say
-            # "the API refused", which a supervisor must not read into this exit).
-            os._exit(EXIT_NOT_DRAINED)
-        log.info("signal %s: draining", signal.Signals(signum).name)
-        drain_until.append(time.monotonic() + config.server.drain_timeout)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    # An operator (or a test) asking why a node does not stop gets every thread's stack
-    # on stderr with `kill -USR1 PID`, without stopping it.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
-    api_failed = not _watch(node, api, stop)
+    api_failed = not _watch(node, api, signals.stop)
     if node.failure is not None:
         return _after_failure(node, api)
     # Stop claiming before stopping the API: gunicorn may take seconds to stop, and a
@@ -108,7 +128,7 @@ def serve(config: Config) -> int:
     api_stop = threading.Thread(target=api.stop, name="api-stop")
     api_stop.start()
     # Without a signal (the API kept dying) the drain starts now.
-    deadline = drain_until[0] if drain_until else time.monotonic() + config.server.drain_timeout
+    deadline = signals.drain_until or time.monotonic() + config.server.drain_timeout
     drained = node.stop(max(0.0, deadline - time.monotonic()))
     api_stop.join()
     if api_failed:

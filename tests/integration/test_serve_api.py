@@ -14,7 +14,9 @@ import os
 import resource
 import signal
 import socket
+import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,37 @@ def test_an_api_that_keeps_dying_makes_the_node_drain_and_exit(harness: Harness,
         assert locks.is_held(presence_key("node-1")) is False
     finally:
         store.dispose()
+
+
+def _registered_alive(db: Path, server_id: str, pid: int) -> bool:
+    """Whether ``server_id``'s row in the SQLite store says alive under ``pid``: what
+    other nodes and the cluster view see first of a starting node."""
+    if not db.exists():
+        return False
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.1)) as conn:
+            row = conn.execute("SELECT pid, state FROM servers WHERE id = ?",
+                               (server_id,)).fetchone()
+    except sqlite3.OperationalError:  # the schema is still being made, or a writer holds it
+        return False
+    return row is not None and row[0] == pid and row[1] == "alive"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigterm_the_moment_a_node_is_seen_alive_drains_it(harness: Harness,
+                                                          tmp_path: Path) -> None:
+    """A supervisor (or an operator) may stop a node as soon as the cluster shows it.
+    From its registration on, SIGTERM drains it (exit 0, row stopped), however early:
+    the node must not die of the signal's default action half started."""
+    data_dir = tmp_path / "data"
+    node = harness.start_node("node-1", free_port(), data_dir)
+    db = data_dir / "jobserver.db"
+    wait_for(lambda: not node.running() or _registered_alive(db, "node-1", node.pid),
+             60, 0.001, "node-1 to register itself alive")
+    os.kill(node.pid, signal.SIGTERM)
+    code = node.wait_exit(60)
+    assert code == 0, f"exit {code} after a SIGTERM at registration:\n{node.output()}"
+    with closing(sqlite3.connect(db)) as conn:
+        state = conn.execute("SELECT state FROM servers WHERE id = 'node-1'").fetchone()
+    assert state == ("stopped",), state

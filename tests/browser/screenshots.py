@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from bench.ui_data import FIRST_DAY, PlannerData, Sizes, add_planner_data, wait_idle
+from bench.ui_data import (FIRST_DAY, NAMESPACE, TICKER, PlannerData, Sizes, add_planner_data,
+                           wait_idle)
 from jobserver.client import Client
 from tests.browser.conftest import CHROMIUM, sign_in
 from tests.helpers import free_port, wait_for
@@ -60,10 +61,12 @@ EXTRA_JOBS: list[dict[str, Any]] = [
 def pages(planner: PlannerData, dag_job: int) -> list[tuple[str, str]]:
     """``(file name, path)`` of each picture."""
     return [("cluster", "/ui/cluster"), ("jobs", "/ui/jobs"), ("job", f"/ui/jobs/{dag_job}"),
-            ("schedules", "/ui/schedules"), ("datasets", "/ui/datasets"),
+            ("schedules", "/ui/schedules"),
+            ("schedule", f"/ui/schedules/{NAMESPACE}/{TICKER}"), ("datasets", "/ui/datasets"),
             ("dataset", "/ui/datasets/default/raw?" + urlencode(
                 {"where": "hour >= 21", "field": "date", "from": LAST_DAY, "to": LAST_DAY})),
             ("views", "/ui/views?pattern=" + planner.grid_pattern),
+            ("views-plan", "/ui/views/materialize?pattern=" + planner.grid_pattern),
             ("batches", "/ui/batches"), ("batch", f"/ui/batches/{planner.failed_batch_id}")]
 
 

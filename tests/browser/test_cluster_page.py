@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from jobserver import __version__
 from tests.browser.conftest import NODES, UiCluster, expect, shot, sign_in
 from tests.integration.nodes import TOKEN
 
@@ -28,6 +29,29 @@ def test_sign_in_and_see_three_live_nodes(page: Any, cluster: UiCluster) -> None
     assert page.inner_text("[data-fact=lock]") == "postgres"
     assert page.inner_text("[data-fact=alive]") == "3 / 3"
     shot(page, "cluster")
+
+
+def test_the_cluster_page_shows_each_nodes_health_and_the_last_hour(
+        page: Any, cluster: UiCluster) -> None:
+    """Per node: heartbeat age, busy slots of its capacity and its version; below,
+    the jobs by state and the jobs finished in the last hour, a job just run among
+    them."""
+    job_id = cluster.api.submit({"name": "counted", "steps": [{"name": "s", "type": "noop"}]})
+    cluster.api.wait_job(job_id)
+    sign_in(page, TOKEN, "/ui/cluster")
+    for node in NODES:
+        cells = page.locator(f"table.nodes tr[data-node='{node}'] td").all_inner_texts()
+        _, _, state, heartbeat, running, version, host, _ = cells
+        assert state == "alive", cells
+        assert re.fullmatch(r"\d+(\.\d+)? ?(ms|s) ago", heartbeat), cells
+        busy, capacity = (int(n) for n in re.findall(r"\d+", running))
+        assert 0 <= busy <= capacity and capacity > 0, cells
+        assert version == __version__, cells
+        assert re.search(r"pid \d+", host), cells
+    assert int(page.inner_text("[data-count=SUCCEED]").replace(",", "").rstrip("+")) >= 1
+    assert int(page.get_attribute("[data-finished]", "data-finished")) >= 1
+    assert page.locator("svg.chart rect.bar").count() >= 1
+    shot(page, "cluster-health")
 
 
 def test_the_pages_read_on_a_phone_in_the_dark(new_page: Callable[..., Any],

@@ -4,11 +4,12 @@ actions with their confirmations, and what a session may and may not do."""
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from tests.browser.conftest import PageWatch, UiCluster, expect, shot, sign_in
-from tests.helpers import job_spec
+from tests.helpers import job_spec, wait_for
 from tests.integration.nodes import TOKEN
 
 #: The README's example job: a DAG of four steps, one of them printing.
@@ -122,6 +123,7 @@ def test_a_post_without_the_csrf_token_is_refused(page: Any, cluster: UiCluster,
     assert cluster.api.job(job_id)["state"] == "READY"
     confirm(page, "Discard")
     expect(page.locator("#job-state .badge")).to_have_text("DISCARDED")
+    shot(page, "discarded-with-the-csrf-token")
 
 
 def test_a_read_only_token_is_offered_no_action(page: Any, cluster: UiCluster,
@@ -133,6 +135,7 @@ def test_a_read_only_token_is_offered_no_action(page: Any, cluster: UiCluster,
     expect(page.locator("#job-state .badge")).to_have_text("READY")
     expect(page.locator("[data-not-running=not_due]")).to_be_visible()
     assert page.locator(".actions form, form.action").count() == 0
+    shot(page, "read-only")
     csrf = page.get_attribute("input[name=csrf_token]", "value")  # the sign-out form's
     status = page.evaluate("""([url, csrf]) => fetch(url, {
                                   method: "POST", credentials: "same-origin",
@@ -150,6 +153,7 @@ def test_sign_out(page: Any, cluster: UiCluster) -> None:
     expect(page.locator(".notice")).to_have_text("Signed out.")
     page.goto("/ui/jobs")
     assert page.url.endswith("/ui/sign-in?next=/ui/jobs")
+    shot(page, "signed-out")
 
 
 def test_a_revoked_token_ends_its_session(page: Any, cluster: UiCluster,
@@ -162,3 +166,43 @@ def test_a_revoked_token_ends_its_session(page: Any, cluster: UiCluster,
     # The page's next refresh is refused and sends the browser to sign in again.
     page.wait_for_url(re.compile(r".*/ui/sign-in\?next=%2Fui%2Fcluster$"), timeout=10_000)
     expect(page.locator(".notice")).to_contain_text("session has ended")
+    shot(page, "session-ended")
+
+
+def test_a_retried_step_shows_its_attempts_and_figures_and_the_job_reruns(
+        page: Any, cluster: UiCluster) -> None:
+    """A shell step that failed once and succeeded on its retry: both attempts with
+    their states, its wall, CPU and peak RSS, and its exit code. Rerun (confirmed)
+    runs the whole job again to SUCCEED under a new attempt."""
+    marker = cluster.harness.tmp_path / f"flaky-{uuid.uuid4().hex}"
+    job_id = cluster.api.submit(job_spec("flaky", [{
+        "name": "flaky", "type": "shell", "retries": 1, "retry_backoff": 0,
+        "argv": ["sh", "-c", f"if [ -e {marker} ]; then echo second time lucky; "
+                             f"else touch {marker}; echo first try fails >&2; exit 7; fi"]}]))
+    cluster.api.wait_job(job_id)
+    sign_in(page, TOKEN, f"/ui/jobs/{job_id}")
+    card = page.locator("[data-step-card=flaky]")
+    card.locator("summary").click()
+    attempts = card.locator("table.attempts tbody tr")
+    expect(attempts).to_have_count(2)
+    first, second = attempts.nth(0).inner_text(), attempts.nth(1).inner_text()
+    assert "attempt 1 failed: exit status 7; retrying" in first, first
+    assert "SUCCEED" in second, second
+    figures = dict(zip(card.locator("dl.props dt").all_inner_texts(),
+                       card.locator("dl.props dd").all_inner_texts()))
+    assert re.fullmatch(r"\d+(\.\d+)? (ms|s)", figures["Wall"]), figures
+    assert re.fullmatch(r"\d+(\.\d+)? (ms|s)", figures["CPU"]), figures
+    assert re.fullmatch(r"[\d,]+\.\d MB", figures["Peak RSS"]), figures
+    assert figures["Exit code"] == "0", figures
+    expect(card.locator("pre.output")).to_contain_text("second time lucky")
+    shot(page, "attempts")
+
+    confirm(page, "Rerun")
+
+    def succeeded_runs() -> int:
+        events = cluster.api.get(f"/api/v1/jobs/{job_id}/events")["events"]
+        return sum(1 for e in events if e["step"] is None and e["to_state"] == "SUCCEED")
+
+    wait_for(lambda: succeeded_runs() == 2, 20, 0.1, "the rerun to succeed")
+    expect(page.locator("#job-state .badge")).to_have_text("SUCCEED", timeout=20_000)
+    shot(page, "rerun")

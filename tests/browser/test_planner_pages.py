@@ -199,3 +199,41 @@ def test_the_planner_pages_fit_a_phone_in_dark_mode(new_page: Callable[..., Any]
         width = phone.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, f"{path} is {width} px wide"
         shot(phone, f"phone-{name}")
+
+
+def test_a_read_only_token_sees_the_planners_and_is_offered_no_action(
+        page: Any, cluster: UiCluster, make_token: Callable[..., str],
+        page_watch: PageWatch) -> None:
+    """A ``read`` token sees every planner page with its data, gets a badge where an
+    operator gets the enabled switch and no materialize or invalidate, and a forced
+    POST changes nothing."""
+    apply(cluster, "schedules.yaml")
+    apply(cluster, "datasets.yaml")
+    apply(cluster, "views.yaml")
+    page_watch.allow(r"status of 403")
+    sign_in(page, make_token("read"), "/ui/schedules")
+    nightly = page.locator("tr[data-schedule='default/nightly-extract']")
+    assert nightly.locator("[data-trigger]").inner_text() == "every day at 02:30 Europe/Berlin"
+    assert page.locator("form.switch-form, button.switch").count() == 0
+    enabled = nightly.locator("[data-enabled]").get_attribute("data-enabled")
+    csrf = page.get_attribute("input[name=csrf_token]", "value")  # the sign-out form's
+    action = "disable" if enabled == "true" else "enable"
+    status = page.evaluate("""([url, csrf]) => fetch(url, {
+                                  method: "POST", credentials: "same-origin",
+                                  body: new URLSearchParams({csrf_token: csrf})})
+                              .then(answer => answer.status)""",
+                           [f"/ui/schedules/default/nightly-extract/{action}", csrf])
+    assert status == 403
+    assert cluster.store.schedules.get("default", "nightly-extract").enabled == (enabled == "true")
+    shot(page, "schedules-read-only")
+
+    page.goto("/ui/datasets")
+    names = page.locator("table.datasets tbody tr").evaluate_all(
+        "rows => rows.map(r => r.dataset.dataset)")
+    assert "default/raw" in names, names
+    shot(page, "datasets-read-only")
+
+    page.goto(f"/ui/views?pattern={quote('app.eci.stage/Search/SHOP10/rymd(20150501-20150502)')}")
+    assert page.locator("a.cell").count() == 2
+    assert page.locator("[data-action=materialize], [data-action=invalidate]").count() == 0
+    shot(page, "views-read-only")

@@ -19,7 +19,7 @@ run: $(STAMP)
 ## Test processes running the suite side by side (pytest-xdist); 0 runs it in this one.
 TEST_WORKERS ?= 2
 
-PYTEST = $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+PYTEST = $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 ## Run the whole test suite (PostgreSQL and ZooKeeper tests skip loudly if absent, fail in CI).
 test: $(STAMP)

@@ -251,6 +251,17 @@ def sign_in(page: Any, token: str, next_path: str | None = None) -> None:
     page.wait_for_url(re.compile(r".*/ui/(?!sign-in).*"))
 
 
+def forced_post(page: Any, path: str) -> int:
+    """The status of a POST to ``path`` made by the page's own script with the
+    session's valid CSRF token (the sign-out form's): what a user forcing an action
+    the page did not offer gets."""
+    csrf = page.get_attribute("input[name=csrf_token]", "value")
+    return page.evaluate("""([url, csrf]) => fetch(url, {
+                                method: "POST", credentials: "same-origin",
+                                body: new URLSearchParams({csrf_token: csrf})})
+                            .then(answer => answer.status)""", [path, csrf])
+
+
 @pytest.fixture
 def make_token(cluster: UiCluster) -> Callable[..., str]:
     """``make_token("read", "operate")``: a new stored token's secret."""

@@ -8,7 +8,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tests.browser.conftest import PageWatch, UiCluster, expect, shot, sign_in
+from tests.browser.conftest import (PageWatch, UiCluster, expect, forced_post, shot,
+                                    sign_in)
 from tests.helpers import job_spec, wait_for
 from tests.integration.nodes import TOKEN
 
@@ -136,13 +137,7 @@ def test_a_read_only_token_is_offered_no_action(page: Any, cluster: UiCluster,
     expect(page.locator("[data-not-running=not_due]")).to_be_visible()
     assert page.locator(".actions form, form.action").count() == 0
     shot(page, "read-only")
-    csrf = page.get_attribute("input[name=csrf_token]", "value")  # the sign-out form's
-    status = page.evaluate("""([url, csrf]) => fetch(url, {
-                                  method: "POST", credentials: "same-origin",
-                                  body: new URLSearchParams({csrf_token: csrf})})
-                              .then(answer => answer.status)""",
-                           [f"/ui/jobs/{job_id}/pause", csrf])
-    assert status == 403
+    assert forced_post(page, f"/ui/jobs/{job_id}/pause") == 403
     assert cluster.api.job(job_id)["state"] == "READY"
     cluster.api.call("POST", f"/api/v1/jobs/{job_id}/discard")
 

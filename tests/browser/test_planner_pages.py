@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from jobserver.apply import apply_documents, load
 from jobserver.client import Client
-from tests.browser.conftest import PageWatch, UiCluster, shot, sign_in
+from tests.browser.conftest import PageWatch, UiCluster, forced_post, shot, sign_in
 from tests.helpers import wait_for
 from tests.integration.nodes import TOKEN
 
@@ -216,14 +216,8 @@ def test_a_read_only_token_sees_the_planners_and_is_offered_no_action(
     assert nightly.locator("[data-trigger]").inner_text() == "every day at 02:30 Europe/Berlin"
     assert page.locator("form.switch-form, button.switch").count() == 0
     enabled = nightly.locator("[data-enabled]").get_attribute("data-enabled")
-    csrf = page.get_attribute("input[name=csrf_token]", "value")  # the sign-out form's
     action = "disable" if enabled == "true" else "enable"
-    status = page.evaluate("""([url, csrf]) => fetch(url, {
-                                  method: "POST", credentials: "same-origin",
-                                  body: new URLSearchParams({csrf_token: csrf})})
-                              .then(answer => answer.status)""",
-                           [f"/ui/schedules/default/nightly-extract/{action}", csrf])
-    assert status == 403
+    assert forced_post(page, f"/ui/schedules/default/nightly-extract/{action}") == 403
     assert cluster.store.schedules.get("default", "nightly-extract").enabled == (enabled == "true")
     shot(page, "schedules-read-only")
 

@@ -10,9 +10,12 @@ stage by stage (pairs together per date).
 Only a run that includes the system's first stage reads the watermark and adds a batch
 for each business date after the newest in the control table, up to it (daily: every
 day; monthly: every month end); a later stage runs for dates whose stage before it is
-SUCCESS. Each item is launched by :func:`launch`: a compare-and-set of its stage row
-to RUNNING with the engine submit (key ``batch/…/<stage>/<run#>``) in one
-transaction, so two runs of the same system and location launch a stage once.
+SUCCESS. A run given a ``business_date`` (a period's own date: a month end for monthly)
+runs that date only; one after the newest adds the dates before it too, not run, so
+the next catch-up does not skip them. Each item is launched by :func:`launch`: a
+compare-and-set of its stage row to RUNNING with the engine submit (key
+``batch/…/<stage>/<run#>``) in one transaction, so two runs of the same system and
+location launch a stage once.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ from typing import Any
 from pydantic import Field
 from sqlalchemy import Connection
 
-from jobserver.batches.compose import launch_key, periods, stage_job
+from jobserver.batches.compose import launch_key, period_end, periods, stage_job
 from jobserver.batches.records import (BatchRecord, PlanItem, RunRecord, RunStatus,
                                        StageRecord, Status)
 from jobserver.batches.sources import read_source
-from jobserver.batches.spec import BatchConfig, SystemStages
+from jobserver.batches.spec import BatchConfig, Period, SystemStages
 from jobserver.exceptions import IllegalTransition, InvalidRequest
 from jobserver.schedules.spec import Ident
 from jobserver.spec import Policy, StrictModel, refuse, validate_job
@@ -125,6 +128,11 @@ def plan_run(store: Store, request: RunRequest, policy: Policy,
         if request.business_date is not None and request.business_date > watermark:
             _field("business_date", f"{request.business_date} is after the watermark "
                    f"{watermark}")
+        period = _period(scope, request)
+        if request.business_date is not None and \
+                period_end(request.business_date, period) != request.business_date:
+            _field("business_date", f"{request.business_date} is not a business date of "
+                   f"a {period.value} system: month ends only")
     with store.batches.write() as conn:
         note = _add_batches(store, conn, scope, request, watermark)
         found = store.batches.open_batches(conn, request.system, request.location,
@@ -144,20 +152,30 @@ def _add_batches(store: Store, conn: Connection, scope: Scope, request: RunReque
     """Add the new business dates' batches; says what it found."""
     if not scope.first or watermark is None:
         return "only the system's first stage adds business dates"
-    period = scope.system.frequency
-    if "frequency" in request.context:
-        period = type(period)(request.context["frequency"]) \
-            if request.context["frequency"] in ("daily", "monthly") else period
+    period = _period(scope, request)
     last = store.batches.last_business_date(conn, request.system, request.location,
                                             request.context)
     if request.business_date is not None:
         dates = [request.business_date]
+        if last is None or request.business_date > last:
+            # The periods before it are added too (NOT_STARTED, not run now): later
+            # runs add dates after the newest only, and would never add these.
+            dates = sorted(set(periods(last, scope.system.start_date,
+                                       request.business_date, period)) | set(dates))
     else:
         dates = periods(last, scope.system.start_date, watermark, period)
     added = store.batches.create_batches(conn, request.system, request.location,
                                          request.context, dates, list(scope.system.stages))
     return (f"{added} new business date(s) up to the watermark {watermark}" if added else
             f"no new business date after {last} (watermark {watermark})")
+
+
+def _period(scope: Scope, request: RunRequest) -> Period:
+    """The system's frequency, or the run's ``frequency`` context column's."""
+    period = scope.system.frequency
+    if request.context.get("frequency") in ("daily", "monthly"):
+        period = Period(request.context["frequency"])
+    return period
 
 
 def _plan(scope: Scope, found: list[BatchRecord]) -> list[PlanItem]:

@@ -73,7 +73,7 @@ class Signals:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.stop = threading.Event()
-        self.seen: list[int] = []
+        self.count = 0
         self.drain_until: float | None = None  # server.drain_timeout after the first
         self.api: ApiChild | None = None  # stopped on a second signal, once there is one
 
@@ -85,8 +85,8 @@ class Signals:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self.seen.append(signum)
-        if len(self.seen) > 1:
+        self.count += 1
+        if self.count > 1:
             log.warning("second signal: exiting now; other nodes will rescue running jobs")
             if self.api is not None:
                 self.api.stop(timeout=1)

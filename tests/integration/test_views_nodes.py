@@ -56,16 +56,6 @@ def harness(tmp_path: Path):
     harness.cleanup()
 
 
-@pytest.fixture
-def pg_database(pg_store_session: Store) -> str:
-    """The session's PostgreSQL database, emptied (skips loudly without a server,
-    fails in CI)."""
-    from tests.conftest import _empty
-
-    _empty(pg_store_session)
-    return pg_store_session.url
-
-
 def _both_serving(apis: dict[str, Api]) -> bool:
     """Each node answers on its own port and sees both nodes alive."""
     try:
@@ -84,10 +74,10 @@ def _both_serving(apis: dict[str, Api]) -> bool:
 @pytest.mark.postgres
 @pytest.mark.timeout(120)
 def test_two_nodes_materializing_overlapping_patterns_submit_one_job_per_partition(
-        harness: Harness, tmp_path: Path, pg_database: str) -> None:
+        harness: Harness, tmp_path: Path, store_on_postgres: Store) -> None:
     data_dir = tmp_path / "data"
     ports = {name: free_port() for name in ("node-1", "node-2")}
-    nodes = {name: harness.start_node(name, port, data_dir, database_url=pg_database,
+    nodes = {name: harness.start_node(name, port, data_dir, database_url=store_on_postgres.url,
                                       JOBSERVER_VIEWS__POLL_INTERVAL="0.2")
              for name, port in ports.items()}
     apis = {name: Api(f"http://127.0.0.1:{port}", TOKEN) for name, port in ports.items()}

@@ -153,11 +153,14 @@ class Materializer:
     def _write(self, conn: Connection, views: Mapping[str, Any], decisions: list[Decision],
                stored: Mapping[ViewAddress, StoredPartition],
                changes: list[Change]) -> dict[ViewAddress, int]:
-        self._store.views.apply(conn, changes)
         if any(decision.action is Action.TRANSFORM for decision in decisions):
             # Before the jobs exist: the tracker, even one that has not run yet, reads
             # their ends (a reader it would make itself starts after every end so far).
+            # And before any partition row is locked: two first makers of the cursor
+            # wait on each other's insert, which deadlocked when the waiting one held
+            # partition rows the other was about to write.
             start_cursor(conn, JOBS_FEED)
+        self._store.views.apply(conn, changes)
         jobs = {d.address: stored[d.address].job_id for d in decisions
                 if d.action is Action.JOIN and stored[d.address].job_id is not None}
         made = self._submit(conn, views, decisions, stored, jobs)

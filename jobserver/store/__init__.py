@@ -126,9 +126,14 @@ class Store:
         self.url = url
         self.engine = make_engine(url, pool_size, stall_timeout)
         self.tx = Transactions(self.engine, notify)
+        #: For the statements that find every row by key (see ``make_engine``'s
+        #: ``keyed``): the group commit. One writer uses it, so two connections.
+        self.keyed_engine = (make_engine(url, 1, stall_timeout, keyed=True)
+                             if self.tx.dialect == "postgresql" else None)
+        keyed_tx = Transactions(self.keyed_engine, notify) if self.keyed_engine else self.tx
         self.jobs = JobRepository(self.tx)
         self.browse = JobBrowser(self.tx)
-        self.runs = RunRepository(self.tx)
+        self.runs = RunRepository(self.tx, keyed_tx)
         self.fences = FenceRepository(self.tx)
         self.servers = ServerRepository(self.tx)
         self.epochs = EpochRepository(self.tx)
@@ -161,6 +166,8 @@ class Store:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self.keyed_engine is not None:
+            self.keyed_engine.dispose()
 
 
 def alembic_config(url: str, engine: Engine | None = None) -> AlembicConfig:

@@ -29,10 +29,25 @@ SQLITE_BUSY_TIMEOUT = 30.0
 SQLITE_LOCK_STEP = 0.002
 
 
-def make_engine(url: str, pool_size: int = 5, stall_timeout: float | None = None) -> Engine:
+#: The planner settings of a :func:`make_engine` with ``keyed=True``; see there.
+KEYED_PLANS = "-c plan_cache_mode=auto -c enable_seqscan=off"
+
+
+def make_engine(url: str, pool_size: int = 5, stall_timeout: float | None = None,
+                keyed: bool = False) -> Engine:
     """``stall_timeout`` (PostgreSQL): end a transaction left idle that long. A node
     stopped inside a transaction (SIGSTOP, a long pause) would otherwise keep its row
-    locks, and the node taking over from it would block on them until it woke."""
+    locks, and the node taking over from it would block on them until it woke.
+
+    ``keyed`` (PostgreSQL): an engine for statements that find every row they touch
+    by key (an array of ids against a primary key or an index), such as the group
+    commit. Their best plan is the same whatever the parameters and the tables' size,
+    so PostgreSQL may keep one generic plan per prepared statement instead of
+    planning each run, which was half of the group commit's database CPU. Sequential
+    scans are ruled out, so that a plan made while the tables were small, when a scan
+    costs less than an index, cannot stay in use as they grow. A plan made before a
+    table's first ANALYZE may still look a key up through an index that leads with
+    another column; PostgreSQL plans again once autovacuum has analyzed the table."""
     if url.startswith("sqlite"):
         return _sqlite_engine(url)
     if url.startswith("postgresql"):
@@ -49,7 +64,8 @@ def make_engine(url: str, pool_size: int = 5, stall_timeout: float | None = None
         # then arrive in UTC already (as_utc keeps them as they are, instead of a
         # conversion per value: 5 us each, half a second for 100,000 rows), and a
         # timestamp cast to a date names the UTC day on every server.
-        options = "-c plan_cache_mode=force_custom_plan -c timezone=UTC"
+        plans = KEYED_PLANS if keyed else "-c plan_cache_mode=force_custom_plan"
+        options = plans + " -c timezone=UTC"
         if stall_timeout:
             options += (" -c idle_in_transaction_session_timeout="
                         f"{max(1, int(stall_timeout * 1000))}")

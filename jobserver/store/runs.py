@@ -99,8 +99,10 @@ def ready_candidates(node: str, limit: int, job_ids: list[int] | None = None,
 
 
 class RunRepository:
-    def __init__(self, tx: Transactions) -> None:
+    def __init__(self, tx: Transactions, keyed_tx: Transactions | None = None) -> None:
+        """``keyed_tx``: where the group commit runs (``Store.keyed_engine``)."""
         self._tx = tx
+        self._keyed_tx = keyed_tx or tx
 
     # -- claim ------------------------------------------------------------------------
     def claim(self, node: str, lease: LeaseRef, limit: int,
@@ -345,7 +347,7 @@ class RunRepository:
         # PostgreSQL writes the batch in one statement: it needs no transaction of its
         # own, and the COMMIT round trip is saved.
         single = self._tx.dialect == "postgresql"
-        with (self._tx.statement() if single else self._tx.write()) as conn:
+        with (self._keyed_tx.statement() if single else self._tx.write()) as conn:
             written = batch.complete(conn, completions)
             results: list[bool | FencedOff] = []
             for index, completion in enumerate(completions):

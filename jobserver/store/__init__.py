@@ -127,7 +127,7 @@ class Store:
         self.engine = make_engine(url, pool_size, stall_timeout)
         self.tx = Transactions(self.engine, notify)
         #: For the statements that find every row by key (see ``make_engine``'s
-        #: ``keyed``): the group commit. One writer uses it, so two connections.
+        #: ``keyed``): the group commit. One writer thread uses it: one connection.
         self.keyed_engine = (make_engine(url, 1, stall_timeout, keyed=True)
                              if self.tx.dialect == "postgresql" else None)
         keyed_tx = Transactions(self.keyed_engine, notify) if self.keyed_engine else self.tx

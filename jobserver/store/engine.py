@@ -74,7 +74,10 @@ def make_engine(url: str, pool_size: int = 5, stall_timeout: float | None = None
         # path's. A connection found dead fails its one statement instead; SQLAlchemy
         # then drops every pooled connection made before it, and the caller's retry
         # (each store user has one) reconnects.
-        engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size,
+        # A keyed engine serves one writer thread: one connection, no overflow, so
+        # that it adds a single session per node to the server's max_connections.
+        engine = create_engine(url, pool_size=pool_size,
+                               max_overflow=0 if keyed else pool_size,
                                pool_recycle=1800, connect_args=connect_args)
         # Not every store user retries (an API request, a job's step writes), so a
         # restart of the server or a terminated session answered each of them with

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.sql.expression import TextualSelect
 
 from jobserver.states import State
-from jobserver.store.queries import query
+from jobserver.store.queries import driver_rows, query
 from jobserver.store.records import Completion
 from jobserver.store.tables import AuditEvent, record_events, steps
 
@@ -84,16 +84,8 @@ def complete(conn: Connection, completions: Sequence[Completion]) -> Written:
 
 
 def _complete_postgresql(conn: Connection, params: dict[str, Any]) -> Written:
-    # On the driver's own cursor, as the claim: SQLAlchemy's execution context for a
-    # raw statement cost the one writer thread about as much as the driver's call.
     written = Written()
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(query("complete"), params)
-        rows = cursor.fetchall()
-    finally:
-        cursor.close()
-    for kind, index in rows:
+    for kind, index in driver_rows(conn, "complete", params):
         {"step": written.steps, "job": written.jobs, "next": written.started}[kind].add(index)
     return written
 

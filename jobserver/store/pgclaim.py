@@ -24,7 +24,7 @@ from sqlalchemy import Connection
 
 from jobserver.states import State
 from jobserver.store.models import as_utc
-from jobserver.store.queries import query
+from jobserver.store.queries import driver_rows, query
 from jobserver.store.records import JobRecord, StepRecord
 from jobserver.store.tables import jobs
 
@@ -64,13 +64,7 @@ def claim(conn: Connection, claim_params: dict[str, Any]) -> list[JobRecord]:
     rows, and building records from plain tuples costs a fraction of what a result
     object per row does.
     """
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(query("claim"), claim_params)
-        rows = cursor.fetchall()
-    finally:
-        cursor.close()
-    return _records(rows)
+    return _records(driver_rows(conn, "claim", claim_params))
 
 
 def _records(rows: Sequence[tuple[Any, ...]]) -> list[JobRecord]:

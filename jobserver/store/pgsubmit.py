@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 
 from jobserver.store.models import UTCDateTime, as_utc
 from jobserver.store.pgclaim import step_from_json
-from jobserver.store.queries import query
+from jobserver.store.queries import driver_rows
 from jobserver.store.records import JobRecord
 from jobserver.store.tables import jobs
 
@@ -37,13 +37,9 @@ def submit(conn: Connection, values: dict[str, Any], step_rows: list[dict[str, A
     params = dict(values, params=json.dumps(values["params"]), steps=json.dumps(step_rows),
                   channel=channel, inputs=(None if values["inputs"] is None
                                            else json.dumps(values["inputs"])))
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(query("submit"), params)
-        row = cursor.fetchone()
-    finally:
-        cursor.close()
-    assert row is not None  # the INSERT's RETURNING gives the new job's row
+    rows = driver_rows(conn, "submit", params)
+    assert rows  # the INSERT's RETURNING gives the new job's row
+    row = rows[0]
     job = dict(zip(_JOB_NAMES, row))
     for name in _TIMES:  # the session's time zone may not be UTC; the API speaks UTC
         job[name] = as_utc(job[name])
@@ -57,15 +53,8 @@ def submit_keyed(conn: Connection, rows: list[dict[str, Any]],
     """Insert jobs (``rows``: their ``jobs`` columns, each with ``steps``) under their
     idempotency keys, on an autocommit connection; returns ``{key: id}`` of the jobs
     created (a key in use creates nothing)."""
-    document = json.dumps([dict(row, not_before=(row["not_before"].isoformat()
-                                                 if row["not_before"] else None))
-                           for row in rows])
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(query("submit_keyed"), {"jobs": document, "channel": channel})
-        return {key: int(job_id) for job_id, key, _woken in cursor.fetchall()}
-    finally:
-        cursor.close()
+    found = driver_rows(conn, "submit_keyed", {"jobs": _document(rows), "channel": channel})
+    return {key: int(job_id) for job_id, key, _woken in found}
 
 
 def submit_batch(conn: Connection, rows: list[dict[str, Any]],
@@ -75,13 +64,13 @@ def submit_batch(conn: Connection, rows: list[dict[str, Any]],
     autocommit connection, all or nothing; returns ``(ord, id, created, conflict)`` of
     each item, or only of those found under their keys when any of them conflicts
     (then nothing was inserted)."""
-    document = json.dumps([dict(row, not_before=(row["not_before"].isoformat()
-                                                 if row["not_before"] else None))
-                           for row in rows])
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(query("submit_batch"), {"jobs": document, "channel": channel})
-        return [(int(ordinal), int(job_id), bool(created), bool(conflict))
-                for ordinal, job_id, created, conflict, _woken in cursor.fetchall()]
-    finally:
-        cursor.close()
+    found = driver_rows(conn, "submit_batch", {"jobs": _document(rows), "channel": channel})
+    return [(int(ordinal), int(job_id), bool(created), bool(conflict))
+            for ordinal, job_id, created, conflict, _woken in found]
+
+
+def _document(rows: list[dict[str, Any]]) -> str:
+    """Jobs' columns as the JSON array a many-job statement unpacks."""
+    return json.dumps([dict(row, not_before=(row["not_before"].isoformat()
+                                             if row["not_before"] else None))
+                       for row in rows])

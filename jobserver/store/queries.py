@@ -12,6 +12,9 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection
 
 _SOURCE = Path(__file__).with_name("queries.sql")
 _NAME = re.compile(r"^-- name: (\S+)\s*$", re.MULTILINE)
@@ -20,6 +23,19 @@ _NAME = re.compile(r"^-- name: (\S+)\s*$", re.MULTILINE)
 def query(name: str) -> str:
     """The text of the statement ``name``; KeyError names a statement that does not exist."""
     return _statements()[name]
+
+
+def driver_rows(conn: Connection, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run the statement ``name`` on ``conn``'s driver cursor and return its rows as
+    plain tuples. The hot path's statements (claim, submit, group commit) go this way:
+    SQLAlchemy's execution context and a result object per row cost about as much
+    as the driver's call."""
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(query(name), params)
+        return list(cursor.fetchall())  # the DB-API says a sequence; psycopg gives a list
+    finally:
+        cursor.close()
 
 
 @functools.cache

@@ -495,7 +495,7 @@ SELECT job.id, job.idempotency_key, (SELECT count(*) FROM wake) FROM job;
 -- their items whether or not they carry a key. Every row of ``new`` is inserted (or
 -- the statement fails), so the steps are read from ``new`` itself: joined with the
 -- INSERT's RETURNING, whose size the planner cannot see, they were matched by a
--- nested loop, n squared comparisons for n jobs (84 of 105 ms for 1,000). Two batches racing for one new key
+-- nested loop, n squared comparisons for n jobs. Two batches racing for one new key
 -- meet on its unique index: the loser's statement fails whole, and the caller runs
 -- it again, finding the winner's job.
 WITH v AS (

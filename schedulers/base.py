@@ -177,7 +177,8 @@ class Scheduler(ABC):
 
     def rescue_orphans(self) -> int:
         """Re-queue jobs RUNNING on dead nodes. A node is dead when its presence lock
-        is free or its heartbeat (store clock) is older than ``server.dead_after``.
+        is free or its heartbeat (store clock) is older than ``server.dead_after``;
+        which of them it was goes into the audit trail.
 
         Any failed read raises before anything is moved, so a store outage never
         leads to rescuing a live node's jobs. The jobs are read before the checks: a
@@ -189,16 +190,16 @@ class Scheduler(ABC):
         if not owned:
             return 0
         dead = self.ctx.store.servers.stale(set(owned), self.ctx.config.server.dead_after)
-        dead |= {node for node in set(owned) - dead
+        dead |= {node: "its presence lock is free" for node in sorted(set(owned) - set(dead))
                  if self.ctx.locks.is_held(presence_key(node)) is False}
         moved = 0
-        for node in sorted(dead):
+        for node, why in sorted(dead.items()):
             for job_id, state in self.ctx.store.servers.requeue_orphans(
-                    node, self.ctx.node_id, only=owned[node]):
-                log.warning("job %s was running on dead node %s: now %s", job_id, node, state,
-                            extra=job_fields(job_id, node=self.ctx.node_id))
+                    node, self.ctx.node_id, only=owned[node], why=why):
+                log.warning("job %s was running on dead node %s (%s): now %s", job_id, node,
+                            why, state, extra=job_fields(job_id, node=self.ctx.node_id))
                 self.publish(NodeEvent("orphan_rescued", self.ctx.node_id, detail=node))
-                self.publish_rescued(job_id, state, f"node {node} died")
+                self.publish_rescued(job_id, state, f"node {node} died ({why})")
                 moved += 1
         self.orphans_rescued += moved
         return moved

@@ -90,18 +90,29 @@ class ServerRepository:
                     running.add(OwnedRun(row.id, row.fence, row.attempt))
         return owned
 
-    def stale(self, node_ids: set[str], dead_after: float) -> set[str]:
-        """Of ``node_ids``, those with no live row: missing, stopped, or heartbeat too old."""
+    def stale(self, node_ids: set[str], dead_after: float) -> dict[str, str]:
+        """Of ``node_ids``, those with no live row, each with why: not registered,
+        stopped, or its last heartbeat (store clock) older than ``dead_after``."""
         if not node_ids:
-            return set()
+            return {}
         with self._tx.read() as conn:
-            fresh = conn.execute(select(servers.c.id).where(
-                servers.c.id.in_(list(node_ids)), servers.c.state == "alive",
-                servers.c.heartbeat_at >= store_now(-dead_after)))
-            return node_ids - {row[0] for row in fresh}
+            rows = conn.execute(select(servers.c.id, servers.c.state,
+                                       seconds_since(servers.c.heartbeat_at).label("age"))
+                                .where(servers.c.id.in_(list(node_ids)))).all()
+        found = {row.id: row for row in rows}
+        reasons = {}
+        for node in node_ids:
+            row = found.get(node)
+            if row is None:
+                reasons[node] = "not registered"
+            elif row.state != "alive":
+                reasons[node] = f"marked {row.state}"
+            elif row.age is None or row.age > dead_after:
+                reasons[node] = f"last heartbeat {row.age or 0:.1f} s ago"
+        return reasons
 
     def requeue_orphans(self, node_id: str, rescuer: str,
-                        only: Collection[OwnedRun] | None = None
+                        only: Collection[OwnedRun] | None = None, why: str = ""
                         ) -> builtins.list[tuple[int, State]]:
         """Re-queue (or fail) every job RUNNING on a dead node, each run once (the
         step that was running runs again: at-least-once, README "Guarantees").
@@ -112,7 +123,8 @@ class ServerRepository:
         seen RUNNING there *before* the node was judged dead (the compare-and-set
         skips any that moved on since). A node judged dead while it was coming back
         (its presence lock not yet taken again) may have claimed jobs since, and
-        those are its own. Returns ``[(job_id, new_state)]``.
+        those are its own. ``why`` (how the node was found dead) goes into the
+        audit message. Returns ``[(job_id, new_state)]``.
         """
         with self._tx.write() as conn:
             # Leader mode: jobs assigned to the dead node but not started go back to
@@ -123,17 +135,18 @@ class ServerRepository:
                 select(jobs.c.id, jobs.c.fence, jobs.c.attempt)
                 .where(jobs.c.state == State.RUNNING.value, jobs.c.node == node_id)).all()
             return [(job.id, state) for job in orphans
-                    if (state := _requeue(conn, job, node_id, rescuer)) is not None]
+                    if (state := _requeue(conn, job, node_id, rescuer, why)) is not None]
 
 
-def _requeue(conn: Connection, job: Any, node_id: str, rescuer: str) -> State | None:
+def _requeue(conn: Connection, job: Any, node_id: str, rescuer: str, why: str) -> State | None:
     running = conn.execute(select(steps.c.id, steps.c.name, steps.c.retryable)
                            .where(steps.c.job_id == job.id,
                                   steps.c.state == State.RUNNING.value)).all()
     fatal = [step.name for step in running if not step.retryable]
     target = State.ERROR if fatal else State.READY
-    message = (f"node {node_id} died while non-retryable step(s) {', '.join(fatal)} ran"
-               if fatal else f"node {node_id} died; re-queued by {rescuer}")
+    died = f"node {node_id} died ({why})" if why else f"node {node_id} died"
+    message = (f"{died} while non-retryable step(s) {', '.join(fatal)} ran"
+               if fatal else f"{died}; re-queued by {rescuer}")
     values: dict[str, Any] = {"state": target.value, "node": None, "updated_at": store_now()}
     if fatal:
         values.update(error=message, finished_at=store_now())

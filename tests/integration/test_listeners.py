@@ -182,7 +182,8 @@ def test_listener_of_the_rescuing_node_gets_the_rescue(harness: Harness, tmp_pat
                             (None, "RUNNING", "SUCCEED")], got
     rescue = got[0]
     assert rescue["node"] == survivor and rescue["attempt"] == 1, rescue
-    assert rescue["message"] == f"node {active} died; now READY", rescue
+    assert rescue["message"].startswith(f"node {active} died ("), rescue
+    assert rescue["message"].endswith("); now READY"), rescue
     assert got[1]["attempt"] == 2 and got[1]["fence"] > rescue["fence"], got
 
 

@@ -304,7 +304,8 @@ def test_stale_nodes_use_the_store_clock(store: Store) -> None:
     store.servers.register("alive", "h", 1, "single", 10)
     store.servers.register("gone", "h", 2, "single", 10)
     store.servers.mark_stopped("gone")
-    assert store.servers.stale({"alive", "gone", "never"}, dead_after=5) == {"gone", "never"}
+    assert store.servers.stale({"alive", "gone", "never"}, dead_after=5) == {
+        "gone": "marked stopped", "never": "not registered"}
     ages = {server.id: server.heartbeat_age for server in store.servers.list()}
     assert 0 <= ages["alive"] < 5
 

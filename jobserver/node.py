@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from jobserver import __version__
@@ -330,8 +331,12 @@ class Node:
 
     def _stop(self, drain_timeout: float | None) -> bool:
         timeout = self.config.server.drain_timeout if drain_timeout is None else drain_timeout
+        deadline = time.monotonic() + timeout
         self.stop_claiming()
-        drained = self.runner.wait_idle(timeout)
+        # A claim round under way when the drain began hands its jobs to the runner
+        # before the runner is asked whether anything runs.
+        self.scheduler.settle_claims(timeout)
+        drained = self.runner.wait_idle(max(0.0, deadline - time.monotonic()))
         if not drained:
             self._give_back()
         self._closed.set()

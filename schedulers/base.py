@@ -14,7 +14,8 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from jobserver.config import Config, SchedulerMode
@@ -76,6 +77,9 @@ class Scheduler(ABC):
         #: for; otherwise that wake costs an empty claim, and a submit's NOTIFY that
         #: arrives meanwhile waits behind it.
         self.more_ready = True
+        #: Held from a claim's start until what it claimed is on the runner (see
+        #: :meth:`handover`).
+        self._handover = threading.Lock()
 
     @abstractmethod
     def run(self) -> None:
@@ -95,12 +99,34 @@ class Scheduler(ABC):
             return 0
         return min(self.ctx.runner.free_slots(), self.ctx.config.scheduler.claim_batch)
 
+    @contextmanager
+    def handover(self) -> Iterator[int]:
+        """Spans one claim round, from the claim to the hand-over of what it claimed
+        to the runner; yields the room to claim, 0 once ``ctx.stopping`` is set.
+
+        A drain sets ``ctx.stopping`` and then waits for this (:meth:`settle_claims`)
+        before it counts the running jobs: a job claimed just before the drain began
+        is on the runner by then, and waited for, instead of left RUNNING in the store
+        by a node about to exit (rescued, it would run twice).
+        """
+        with self._handover:
+            yield 0 if self.ctx.stopping.is_set() else self.room()
+
+    def settle_claims(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a claim round in progress to hand its
+        jobs to the runner. Once ``ctx.stopping`` is set no round claims anything, so
+        after this returns True the runner holds every job this node claimed."""
+        if not self._handover.acquire(timeout=max(0.0, timeout)):
+            return False
+        self._handover.release()
+        return True
+
     def dispatch(self, lease: Lease) -> int:
         """Claim as many READY jobs as the runner has free slots; start them."""
-        room = self.room()
-        if room <= 0:
-            return 0
-        claimed = self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, room))
+        with self.handover() as room:
+            if room <= 0:
+                return 0
+            claimed = self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, room))
         self.more_ready = claimed >= room
         return claimed
 

@@ -60,9 +60,10 @@ class DistributedScheduler(Scheduler):
         self.active = False
 
     def _claim_round(self) -> int:
-        room = self.room()
-        if room <= 0:
-            return 0
+        with self.handover() as room:
+            return self._claim(room) if room > 0 else 0
+
+    def _claim(self, room: int) -> int:
         started = self._claim_keyless(room)
         self.more_ready = started >= room
         if started >= room:

@@ -141,12 +141,12 @@ class LeaderScheduler(Scheduler):
         """Start the leader's own share at once, under its lease. Assigning it first
         would cost every job one more write of its row, a NOTIFY and a second claim,
         for the same outcome; jobs beyond the runner's room stay unassigned."""
-        room = self.room()
-        if room <= 0:
-            return 0
-        job_ids = job_ids[:room]
-        return self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, len(job_ids),
-                                                    job_ids=job_ids))
+        with self.handover() as room:
+            if room <= 0:
+                return 0
+            job_ids = job_ids[:room]
+            return self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease,
+                                                        len(job_ids), job_ids=job_ids))
 
     def _free_slots(self, load: dict[str, NodeLoad]) -> dict[str, int]:
         dead_after = self.ctx.config.server.dead_after
@@ -163,7 +163,7 @@ class LeaderScheduler(Scheduler):
         # nothing, not even what a leader gave it. If the session expires, the new
         # leader takes those assignments back; a job started meanwhile would run here
         # and, once rescued, on another node as well.
-        room = self.room()
-        if room <= 0:
-            return 0
-        return self.start(self.ctx.store.runs.claim_assigned(self.ctx.node_id, room))
+        with self.handover() as room:
+            if room <= 0:
+                return 0
+            return self.start(self.ctx.store.runs.claim_assigned(self.ctx.node_id, room))

@@ -1,4 +1,8 @@
-"""Run one shell step as a child and report what the step itself used.
+"""Run one shell step as a child and report what the step itself used: the fallback
+for a node whose fork server (:mod:`jobserver.steps.forkserver`) cannot be started.
+The chain is node -> ``setpriv --pdeathsig`` -> ``/bin/sh`` parent check -> this
+process -> fork -> ``setpriv`` -> ``/bin/sh`` -> exec the step: an interpreter's start
+per step, which the fork server pays once per node.
 
 Usage: ``python -I -S reaper.py USAGE_FILE SETPRIV LC_CTYPE ARGV...`` (``SETPRIV``: the
 path of util-linux ``setpriv``, or an empty string when there is none; ``LC_CTYPE``:

@@ -9,8 +9,18 @@ send SIGTERM to the whole group, then SIGKILL after ``kill_grace`` seconds. Outp
 ``steps.log_limit_bytes``, see :mod:`jobserver.steps.log`) as it comes, and is kept on
 the step up to ``output_limit_bytes``: the head and the tail, with the size of what
 was cut. The step's runtime audit (exit status, CPU seconds, peak RSS of its process
-tree) comes from ``wait4`` in a small process between the node and the step
-(:mod:`jobserver.steps.reaper`).
+tree) comes from ``wait4`` in a small process between the node and the step, which
+the step dies with, as that process dies with the node:
+
+- the node's fork server (:mod:`jobserver.steps.forkserver`, one per node, started
+  at the first shell step and again after it dies): node -> server -> fork -> exec
+  the step; a fork and an exec per step;
+- or, when no server can be started, a reaper per step
+  (:mod:`jobserver.steps.reaper`): node -> ``setpriv --pdeathsig`` -> ``/bin/sh``
+  parent check -> reaper -> fork -> ``setpriv`` -> ``/bin/sh`` -> exec the step.
+
+Either way the step leads its own process group and session, and gets exactly the
+environment built here.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Any
 from jobserver.datasets.outputs import ENV as PARTITIONS_ENV
 from jobserver.datasets.outputs import OutputError, read_file
 from jobserver.states import State
-from jobserver.steps import reaper
+from jobserver.steps import forkclient, reaper
 from jobserver.steps.log import StepLog
 from jobserver.store.records import StepOutcome
 
@@ -133,28 +143,103 @@ def _command(argv: list[str], env: dict[str, str],
     return reaper.command(SETPRIV or "", argv, os.getpid())
 
 
+class _Started:
+    """A started step: its pid (its process group's), its output and its end."""
+
+    stdout: io.BufferedReader
+    pid: int
+
+    def poll(self, interval: float) -> int | None:
+        """The exit status once it has ended, waiting up to ``interval`` for it."""
+        raise NotImplementedError
+
+    def usage(self, status: int) -> tuple[int, float | None, int | None]:
+        """Exit status, CPU seconds and peak RSS (KiB) of the step's own tree."""
+        raise NotImplementedError
+
+
+class _Served(_Started):
+    """A step the node's fork server started."""
+
+    def __init__(self, run: forkclient.StepRun, stdout: io.BufferedReader) -> None:
+        assert run.pid is not None
+        self.run, self.pid, self.stdout = run, run.pid, stdout
+
+    def poll(self, interval: float) -> int | None:
+        if not self.run.done.wait(interval):
+            return None
+        return int(self.run.result["status"])  # type: ignore[index]
+
+    def usage(self, status: int) -> tuple[int, float | None, int | None]:
+        result = self.run.result or {}
+        return status, result.get("cpu_seconds"), result.get("peak_rss_kb")
+
+
+class _Reaped(_Started):
+    """A step run under its own reaper (the fallback), the node's child."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], usage_file: Path) -> None:
+        self.proc, self.pid, self.usage_file = proc, proc.pid, usage_file
+        self.stdout = proc.stdout  # type: ignore[assignment]
+        self._usage: Any = None
+
+    def poll(self, interval: float) -> int | None:
+        pid, status, self._usage = os.wait4(self.pid, os.WNOHANG)
+        if pid:
+            self.proc.returncode = os.waitstatus_to_exitcode(status)
+            return self.proc.returncode
+        time.sleep(interval)
+        return None
+
+    def usage(self, status: int) -> tuple[int, float | None, int | None]:
+        return _step_usage(self.usage_file, status, self._usage)
+
+
+def _start(argv: list[str], env: dict[str, str], usage_file: Path) -> _Started:
+    """Start the step through the fork server, or the reaper when there is none;
+    raises OSError (FileNotFoundError for a missing executable) if it cannot start."""
+    if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(2, "not found or not executable", argv[0])
+    read_end, write_end = os.pipe()
+    try:
+        run = forkclient.SERVER.start(argv, env, os.getcwd(), write_end)
+    finally:
+        os.close(write_end)  # the server holds its own copy from the send
+    if run is None:
+        os.close(read_end)
+        proc = subprocess.Popen(_command(argv, env, usage_file), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        return _Reaped(proc, usage_file)
+    stdout = open(read_end, "rb")
+    if not run.started.wait(forkclient.START_TIMEOUT):
+        run.abandon()
+        run.started.wait()
+    if run.pid is None:
+        stdout.close()
+        raise OSError(0, run.error or "the fork server did not answer")
+    return _Served(run, stdout)
+
+
 def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
     log: StepLog | None = getattr(ctx, "log", None)
     with tempfile.TemporaryDirectory(prefix="jobserver-step-") as scratch:
         metrics_file = Path(scratch) / "metrics.json"
         partitions_file = Path(scratch) / "partitions.jsonl"
-        usage_file = Path(scratch) / "usage.json"
         env = build_env(spec, ctx, metrics_file, partitions_file)
         try:
-            proc = subprocess.Popen(_command(spec["argv"], env, usage_file),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            step = _start(spec["argv"], env, Path(scratch) / "usage.json")
         except OSError as exc:
             return StepOutcome(State.ERROR, error=f"cannot start {spec['argv'][0]!r}: "
                                                   f"{exc.strerror or exc}", retryable=False)
-        capture = OutputCapture(proc.stdout, ctx.shell.output_limit_bytes, log)  # type: ignore[arg-type]
+        capture = OutputCapture(step.stdout, ctx.shell.output_limit_bytes, log)
         capture.start()
-        status, usage, reason = _wait(proc, spec.get("timeout"), ctx, log)
-        _kill_group(proc.pid, signal.SIGKILL)  # leftovers would hold the pipe open
+        status, reason = _wait(step, spec.get("timeout"), ctx, log)
+        _kill_group(step.pid, signal.SIGKILL)  # leftovers would hold the pipe open
         capture.join(timeout=5)
         if log is not None:
             log.close()  # before the attempt's end is recorded: readers then have it all
-        status, cpu, peak = _step_usage(usage_file, status, usage)
+        status, cpu, peak = step.usage(status)
         metrics, metrics_note = _read_metrics(metrics_file)
         partitions, partitions_error = _read_partitions(partitions_file, status, reason)
     output = capture.text() + (f"\n[{metrics_note}]" if metrics_note else "")
@@ -203,32 +288,30 @@ def _read_partitions(path: Path, status: int, reason: str | None,
         return None, exc.message
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float | None, ctx: Any,
-          log: StepLog | None = None) -> tuple[int, Any, str | None]:
-    """Reap the child with ``wait4``; stop it on cancel or timeout; meanwhile write
-    the output to the log as it falls due."""
+def _wait(step: _Started, timeout: float | None, ctx: Any,
+          log: StepLog | None = None) -> tuple[int, str | None]:
+    """Wait for the step's end; stop it on cancel or timeout; meanwhile write the
+    output to the log as it falls due."""
     started = time.monotonic()
     reason: str | None = None
     signalled_at: float | None = None
     interval = 0.001
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage, reason
+        status = step.poll(interval)
+        if status is not None:
+            return status, reason
         now = time.monotonic()
         if reason is None and ctx.cancelled.is_set():
             reason = "cancelled"
         elif reason is None and timeout is not None and now - started > timeout:
             reason = "timeout"
         if reason is not None and signalled_at is None:
-            _kill_group(proc.pid, signal.SIGTERM)
+            _kill_group(step.pid, signal.SIGTERM)
             signalled_at = now
         elif signalled_at is not None and now - signalled_at > ctx.shell.kill_grace:
-            _kill_group(proc.pid, signal.SIGKILL)
+            _kill_group(step.pid, signal.SIGKILL)
         if log is not None:
             log.flush_if_due()
-        time.sleep(interval)
         interval = min(interval * 2, 0.02)
 
 

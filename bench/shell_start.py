@@ -66,7 +66,7 @@ def _reaper_process(usage_file: Path) -> Callable[[], None]:
 def _server_process() -> None:
     read_end, write_end = os.pipe()
     try:
-        run = forkclient.SERVER.start([TRUE], dict(os.environ), os.getcwd(), write_end)
+        run = forkclient.SERVER.start([TRUE], dict(os.environ), write_end)
     finally:
         os.close(write_end)
     assert run is not None, "no fork server"

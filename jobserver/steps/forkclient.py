@@ -91,7 +91,7 @@ class _Connection:
         self.pending: dict[int, StepRun] = {}
         self.closed = False
 
-    def send(self, run: StepRun, payload: bytes, fd: int) -> bool:
+    def send(self, run: StepRun, payload: bytes, fds: list[int]) -> bool:
         """Send one request; False (nothing started) when the server is gone."""
         with self.table_lock:
             if self.closed:
@@ -101,7 +101,7 @@ class _Connection:
         try:
             with self.send_lock:
                 header = forkserver.HEADER.pack(len(payload))
-                socket.send_fds(self.sock, [header], [fd])
+                socket.send_fds(self.sock, [header], fds)
                 self.sock.sendall(payload)
             return True
         except OSError:
@@ -150,17 +150,24 @@ class ForkServer:
         with self._state:
             return self._conn.proc.pid if self._conn is not None else None
 
-    def start(self, argv: list[str], env: dict[str, str], cwd: str, out: int) -> StepRun | None:
-        """Start a step with ``out`` as its stdout and stderr; None: no server."""
-        payload = {"argv": argv, "env": env, "cwd": cwd}
-        for _ in range(2):
-            conn = self._connection()
-            if conn is None:
-                return None
-            run = StepRun(next(self._ids))
-            if conn.send(run, json.dumps({"id": run.id, **payload}).encode(), out):
-                return run
-        return None
+    def start(self, argv: list[str], env: dict[str, str], out: int) -> StepRun | None:
+        """Start a step with ``out`` as its stdout and stderr, in this process's
+        working directory; None: no server."""
+        payload = {"argv": argv, "env": env}
+        cwd = _cwd_fd()
+        try:
+            for _ in range(2):
+                conn = self._connection()
+                if conn is None:
+                    return None
+                run = StepRun(next(self._ids))
+                fds = [out] if cwd is None else [out, cwd]
+                if conn.send(run, json.dumps({"id": run.id, **payload}).encode(), fds):
+                    return run
+            return None
+        finally:
+            if cwd is not None:
+                os.close(cwd)
 
     def _connection(self) -> _Connection | None:
         with self._state:
@@ -234,6 +241,17 @@ class ForkServer:
         code = conn.proc.wait()
         log.warning("fork server %d ended (status %s); a new one starts at the next "
                     "shell step", conn.proc.pid, code)
+
+
+def _cwd_fd() -> int | None:
+    """This process's working directory as a descriptor for the step to ``fchdir``
+    to: unlike ``getcwd``, it works when the directory has been deleted, which a
+    child of this process inherits just as well. None (the step then runs in the
+    server's directory) only if even that cannot be opened."""
+    try:
+        return os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 
 #: The node's server: the node's interpreter, started without site packages.

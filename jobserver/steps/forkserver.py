@@ -11,8 +11,9 @@ so a step costs a fork and an exec, not an interpreter's start as the per-step
 :mod:`jobserver.steps.reaper` does (which remains the node's fallback).
 
 Protocol. Node to server, per step: a 4-byte big-endian length sent with the step's
-output pipe (write end, SCM_RIGHTS), then that many bytes of JSON ``{"id", "argv",
-"env", "cwd"}``. Server to node, JSON lines: ``{"ready": PID}`` once at start, then
+output pipe (write end) and, when the node could open it, the node's working directory
+(an ``O_PATH`` descriptor), both as SCM_RIGHTS; then that many bytes of JSON ``{"id",
+"argv", "env"}``. Server to node, JSON lines: ``{"ready": PID}`` once at start, then
 per step ``{"id", "pid"}`` (or ``{"id", "error"}`` if the fork failed) as soon as the
 child has exec'd (its process group then exists), and
 ``{"id", "status", "cpu_seconds", "peak_rss_kb"}`` when ``wait4`` reaps it (status as
@@ -28,6 +29,11 @@ Invariants:
 - Every step dies with this process: its child sets the same parent-death signal and
   checks that its parent is still this process before it execs, so a killed node
   (this process killed with it) leaves no step running.
+- The step runs in the node's working directory at the request, as a child of the
+  node would, even when that directory has been deleted since: it is passed as a
+  descriptor, never as a path (``getcwd`` fails for a deleted directory, and a path
+  may name another directory by then). Without that descriptor the step stays in
+  this process's directory, which is the node's at this process's start.
 - The step leads its own session and process group (the node stops it by signalling
   the group), has stdin from /dev/null, stdout and stderr on the pipe it was sent,
   default signal dispositions and no other descriptor of this process; it gets
@@ -69,8 +75,9 @@ def die_with_parent(parent: int) -> None:
         os._exit(137)  # as if the signal had come
 
 
-def _exec_step(request: dict[str, Any], out: int, server: int) -> None:
-    """In the forked child: become the step. Never returns."""
+def _exec_step(request: dict[str, Any], fds: list[int], server: int) -> None:
+    """In the forked child: become the step (``fds``: its output pipe, then the
+    directory to run in, if any). Never returns."""
     try:
         for name in RESTORED:
             if hasattr(signal, name):
@@ -79,11 +86,12 @@ def _exec_step(request: dict[str, Any], out: int, server: int) -> None:
         die_with_parent(server)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[0], 2)
         argv = request["argv"]
         try:
-            os.chdir(request["cwd"])
+            if len(fds) > 1:
+                os.fchdir(fds[1])
             os.execvpe(argv[0], argv, request["env"])
         except OSError as exc:
             os.write(2, f"cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
@@ -118,17 +126,18 @@ class Server:
 
     def _request(self) -> bool:
         """Start one step; False when the node has closed the socket."""
-        header, fds, _, _ = socket.recv_fds(self._sock, HEADER.size, 1)
-        if not header or not fds:
-            return False
-        header += self._read(HEADER.size - len(header))
-        out = fds[0]
-        os.set_inheritable(out, False)  # only dup2 in the step's child makes it 1 and 2
+        header, fds, _, _ = socket.recv_fds(self._sock, HEADER.size, 2)
+        for fd in fds:
+            os.set_inheritable(fd, False)  # only dup2 in the step's child makes 1 and 2
         try:
+            if not header or not fds:
+                return False
+            header += self._read(HEADER.size - len(header))
             request = json.loads(self._read(HEADER.unpack(header)[0]))
-            self._fork(request, out)
+            self._fork(request, fds)
         finally:
-            os.close(out)
+            for fd in fds:
+                os.close(fd)
         return True
 
     def _read(self, size: int) -> bytes:
@@ -140,7 +149,7 @@ class Server:
             data += chunk
         return bytes(data)
 
-    def _fork(self, request: dict[str, Any], out: int) -> None:
+    def _fork(self, request: dict[str, Any], fds: list[int]) -> None:
         """Fork the step; answer its pid once it has exec'd (or failed to), so that
         its process group exists by the time the node may signal it."""
         execed, child_end = os.pipe()  # both close-on-exec: EOF once the child execs
@@ -153,7 +162,7 @@ class Server:
             return
         if pid == 0:
             os.close(execed)
-            _exec_step(request, out, self._pid)
+            _exec_step(request, fds, self._pid)
         os.close(child_end)
         try:
             while os.read(execed, 512):

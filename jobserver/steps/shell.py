@@ -19,8 +19,9 @@ the step dies with, as that process dies with the node:
   (:mod:`jobserver.steps.reaper`): node -> ``setpriv --pdeathsig`` -> ``/bin/sh``
   parent check -> reaper -> fork -> ``setpriv`` -> ``/bin/sh`` -> exec the step.
 
-Either way the step leads its own process group and session, and gets exactly the
-environment built here.
+Either way the step leads its own process group and session, gets exactly the
+environment built here, and runs in the node's working directory (even a deleted one:
+the fork server gets it as a descriptor, not a path).
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ def _start(argv: list[str], env: dict[str, str], usage_file: Path) -> _Started:
         raise FileNotFoundError(2, "not found or not executable", argv[0])
     read_end, write_end = os.pipe()
     try:
-        run = forkclient.SERVER.start(argv, env, os.getcwd(), write_end)
+        run = forkclient.SERVER.start(argv, env, write_end)
     finally:
         os.close(write_end)  # the server holds its own copy from the send
     if run is None:

@@ -7,6 +7,7 @@ processes whose parents the tests read from /proc.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -128,16 +129,19 @@ def test_without_a_server_the_step_runs_under_the_reaper(
     assert outcome.peak_rss_kb is not None and outcome.peak_rss_kb < 20 * 1024
 
 
-NODE = textwrap.dedent("""
+#: A node's shell-step context, for a script that stands in for the node.
+NODE_CTX = textwrap.dedent("""
     import sys, threading
     from jobserver.config import ShellStepConfig
-    from jobserver.steps import StepContext
+    from jobserver.steps import StepContext, forkclient
     from jobserver.steps.shell import run_shell
     ctx = StepContext(job_id=1, job_name="j", step="s", attempt=1, job_attempt=1, fence=1,
                       node="n1", params={}, shell=ShellStepConfig(),
                       cancelled=threading.Event())
-    run_shell({"argv": ["sh", "-c", 'echo $$ > "$0"; exec sleep 60', sys.argv[1]]}, ctx)
 """)
+NODE = NODE_CTX + """
+run_shell({"argv": ["sh", "-c", 'echo $$ > "$0"; exec sleep 60', sys.argv[1]]}, ctx)
+"""
 
 
 def test_a_node_killed_with_sigkill_leaves_no_step_running(tmp_path: Path) -> None:
@@ -165,3 +169,54 @@ def test_a_step_cancelled_as_it_starts_gets_sigterm(server: forkclient.ForkServe
     ctx.cancelled.set()
     outcome = run_shell({"argv": ["sleep", "30"]}, ctx)
     assert outcome.state is State.STOPPED and outcome.exit_code == -signal.SIGTERM
+
+
+def _step_cwd(server: forkclient.ForkServer) -> str:
+    """The directory a step runs in, as the kernel names it, checking that the
+    node's fork server started it."""
+    outcome = run_shell({"argv": ["sh", "-c", 'echo $PPID; readlink /proc/$$/cwd']}, _ctx())
+    assert outcome.state is State.SUCCEED, outcome.error
+    parent, cwd = (outcome.output or "").splitlines()[-2:]  # after any getcwd warning
+    assert int(parent) == server.pid()
+    return cwd
+
+
+def test_a_step_runs_where_the_node_is_now(server: forkclient.ForkServer, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a child of the node would: the node's directory at the step's start, not
+    the one the server was started in."""
+    _step_cwd(server)  # the server runs, started wherever this process was
+    monkeypatch.chdir(tmp_path)
+    assert _step_cwd(server) == str(tmp_path)
+
+
+def test_a_step_starts_in_the_nodes_deleted_directory(server: forkclient.ForkServer,
+                                                      tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node whose directory was deleted (getcwd fails) still starts its steps,
+    which run there, as its own children would."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(FileNotFoundError):
+        os.getcwd()
+    assert _step_cwd(server) == f"{gone} (deleted)"
+
+
+def test_a_node_in_a_deleted_directory_starts_its_server_and_steps(tmp_path: Path) -> None:
+    """The server's own start, from a node whose directory is gone, works too."""
+    if sys.executable is None:
+        missing_service("no Python interpreter path (sys.executable) for the fork server")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = f"import json, os, sys; sys.path.insert(0, {str(ROOT)!r}); os.rmdir(os.getcwd())" + \
+        NODE_CTX + """
+outcome = run_shell({"argv": ["sh", "-c", "echo $PPID; readlink /proc/$$/cwd"]}, ctx)
+print(json.dumps([outcome.state.value, forkclient.SERVER.pid(), outcome.output]))
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=gone, capture_output=True,
+                            text=True, timeout=60)
+    state, server_pid, output = json.loads(result.stdout or '[null, null, ""]')
+    assert state == "SUCCEED", result
+    assert output.endswith(f"\n{server_pid}\n{gone} (deleted)\n"), result  # after sh's warning

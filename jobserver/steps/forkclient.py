@@ -15,6 +15,9 @@ Invariants:
 - A step whose server dies ends as killed by SIGKILL (its own death signal), with
   no usage figures; it is never started again here. A request whose bytes could not
   be sent started nothing and is sent once more to a fresh server.
+- Nothing here signals a step's pid or group: the server does, on request, while the
+  step is its unreaped child, since the pid may be another process's once the step
+  is reaped. So what a step whose server died left in its group is not killed here.
 - When no server can be started (no interpreter path, or it does not report ready),
   :meth:`ForkServer.start` returns ``None`` and the caller runs the step through the
   reaper; a new start is tried after ``RETRY_AFTER`` seconds.
@@ -65,6 +68,13 @@ class StepRun:
             self.done.set()
         self.started.set()
 
+    def signal(self, signum: int) -> None:
+        """Have the server signal the step's process group, which it does only while
+        the step is its unreaped child: the node never signals a pid that may have
+        been reaped, and so reused, by then."""
+        if self.connection is not None and not self.done.is_set():
+            self.connection.signal(self.id, signum)
+
     def abandon(self) -> None:
         """Stop the server this step was sent to (it never answered): the server exits
         when its socket closes, and its steps die with it."""
@@ -109,6 +119,16 @@ class _Connection:
                 self.pending.pop(run.id, None)
             self.shutdown()
             return False
+
+    def signal(self, run_id: int, signum: int) -> None:
+        """Ask the server to signal a step's group; nothing if the server is gone
+        (its steps died with it)."""
+        payload = json.dumps({"id": run_id, "signal": int(signum)}).encode()
+        try:
+            with self.send_lock:
+                self.sock.sendall(forkserver.HEADER.pack(len(payload)) + payload)
+        except OSError:
+            pass
 
     def dispatch(self, message: dict[str, Any]) -> None:
         with self.table_lock:

@@ -13,9 +13,10 @@ so a step costs a fork and an exec, not an interpreter's start as the per-step
 Protocol. Node to server, per step: a 4-byte big-endian length sent with the step's
 output pipe (write end) and, when the node could open it, the node's working directory
 (an ``O_PATH`` descriptor), both as SCM_RIGHTS; then that many bytes of JSON ``{"id",
-"argv", "env"}``. Server to node, JSON lines: ``{"ready": PID}`` once at start, then
-per step ``{"id", "pid"}`` (or ``{"id", "error"}`` if the fork failed) as soon as the
-child has exec'd (its process group then exists), and
+"argv", "env"}``. To signal a step's process group: the same framing without
+descriptors, and ``{"id", "signal"}``. Server to node, JSON lines: ``{"ready": PID}``
+once at start, then per step ``{"id", "pid"}`` (or ``{"id", "error"}`` if the fork
+failed) as soon as the child has exec'd (its process group then exists), and
 ``{"id", "status", "cpu_seconds", "peak_rss_kb"}`` when ``wait4`` reaps it (status as
 ``os.waitstatus_to_exitcode``; CPU and peak RSS of the step and of every descendant
 it waited for). The pid line always comes before the step's end line.
@@ -34,8 +35,14 @@ Invariants:
   descriptor, never as a path (``getcwd`` fails for a deleted directory, and a path
   may name another directory by then). Without that descriptor the step stays in
   this process's directory, which is the node's at this process's start.
-- The step leads its own session and process group (the node stops it by signalling
-  the group), has stdin from /dev/null, stdout and stderr on the pipe it was sent,
+- The step leads its own session and process group, which only this process
+  signals: when the node asks (cancel, timeout) and, with SIGKILL, when the step has
+  ended, so nothing it left in its group holds its output pipe open. It does so only
+  for a step it has not reaped, and kills the group *before* it reaps the step: until
+  then the step's pid, which is the group's id, cannot be reused, so the signal never
+  reaches a stranger's group. (The node, which learns of the end later, could not
+  know that.)
+- The step has stdin from /dev/null, stdout and stderr on the pipe it was sent,
   default signal dispositions and no other descriptor of this process; it gets
   exactly the environment it was sent (this interpreter's PEP 538 ``LC_CTYPE`` is
   never passed on), and ``PATH`` from that environment finds its executable. Every
@@ -125,16 +132,21 @@ class Server:
                     return
 
     def _request(self) -> bool:
-        """Start one step; False when the node has closed the socket."""
+        """Start one step, or signal one; False when the node has closed the socket."""
         header, fds, _, _ = socket.recv_fds(self._sock, HEADER.size, 2)
         for fd in fds:
             os.set_inheritable(fd, False)  # only dup2 in the step's child makes 1 and 2
         try:
-            if not header or not fds:
+            if not header:
                 return False
             header += self._read(HEADER.size - len(header))
             request = json.loads(self._read(HEADER.unpack(header)[0]))
-            self._fork(request, fds)
+            if "signal" in request:
+                self._signal(request["id"], request["signal"])
+            elif fds:
+                self._fork(request, fds)
+            else:
+                self._send({"id": request["id"], "error": "no output pipe sent"})
         finally:
             for fd in fds:
                 os.close(fd)
@@ -172,6 +184,13 @@ class Server:
         self._pids[pid] = request["id"]
         self._send({"id": request["id"], "pid": pid})
 
+    def _signal(self, request_id: Any, signum: int) -> None:
+        """Signal a step's group, if the step is still this process's unreaped child
+        (otherwise it has ended, and its end is on its way to the node)."""
+        for pid, running in list(self._pids.items()):
+            if running == request_id:
+                kill_group(pid, signum)
+
     def _reap(self) -> bool:
         """Report every step that has ended."""
         try:
@@ -179,16 +198,37 @@ class Server:
         except BlockingIOError:
             pass
         while self._pids:
-            try:
-                pid, status, usage = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
+            ended = reap_ended()
+            if ended is None:
                 return True
-            if not pid:
-                return True
+            pid, status, usage = ended
             self._send({"id": self._pids.pop(pid, None), "status": os.waitstatus_to_exitcode(status),
                         "cpu_seconds": usage.ru_utime + usage.ru_stime,
                         "peak_rss_kb": usage.ru_maxrss})
         return True
+
+
+def reap_ended() -> tuple[int, int, Any] | None:
+    """Reap a child that has ended, if any, killing its process group first: until
+    the child is reaped its pid, the group's id, cannot be another process's, so the
+    SIGKILL reaches only what the child left in its group. ``(pid, status, rusage)``."""
+    try:
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None:
+        return None
+    kill_group(info.si_pid, signal.SIGKILL)
+    _, status, usage = os.wait4(info.si_pid, 0)
+    return info.si_pid, status, usage
+
+
+def kill_group(pgid: int, signum: int) -> None:
+    """Signal a process group; one already gone is no error."""
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _take_socket() -> socket.socket:

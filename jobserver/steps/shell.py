@@ -4,7 +4,11 @@ The environment is built from an allow-list (``steps.shell.env_passthrough``) pl
 the step's own ``env`` and the ``JOBSERVER_*`` variables: the run's claim
 (``JOBSERVER_JOB_ID``, ``JOBSERVER_FENCE``, ``JOBSERVER_JOB_ATTEMPT``), which
 ``jobserver fence-check`` reads, and the node's API (``JOBSERVER_URL``). Cancellation and timeouts
-send SIGTERM to the whole group, then SIGKILL after ``kill_grace`` seconds. Output
+send SIGTERM to the whole group, then SIGKILL after ``kill_grace`` seconds; when the
+step ends, what it left in its group is killed (it would hold the output pipe open).
+Only the parent of the group's leader signals the group (the fork server, or the node
+for a reaper), and never once it has reaped the leader: the group's id is the
+leader's pid, which may be another process's after that. Output
 (stdout and stderr together) goes whole to the attempt's log in the store (up to
 ``steps.log_limit_bytes``, see :mod:`jobserver.steps.log`) as it comes, and is kept on
 the step up to ``output_limit_bytes``: the head and the tail, with the size of what
@@ -158,6 +162,10 @@ class _Started:
         """Exit status, CPU seconds and peak RSS (KiB) of the step's own tree."""
         raise NotImplementedError
 
+    def signal(self, sig: signal.Signals) -> None:
+        """Signal the step's process group, unless the step has been reaped."""
+        raise NotImplementedError
+
 
 class _Served(_Started):
     """A step the node's fork server started."""
@@ -175,9 +183,13 @@ class _Served(_Started):
         result = self.run.result or {}
         return status, result.get("cpu_seconds"), result.get("peak_rss_kb")
 
+    def signal(self, sig: signal.Signals) -> None:
+        self.run.signal(sig)  # by the server, which kills the group at the end too
+
 
 class _Reaped(_Started):
-    """A step run under its own reaper (the fallback), the node's child."""
+    """A step run under its own reaper (the fallback), the node's child, which leads
+    the group the step is in. Only :meth:`poll` reaps it, after killing its group."""
 
     def __init__(self, proc: subprocess.Popen[bytes], usage_file: Path) -> None:
         self.proc, self.pid, self.usage_file = proc, proc.pid, usage_file
@@ -185,12 +197,17 @@ class _Reaped(_Started):
         self._usage: Any = None
 
     def poll(self, interval: float) -> int | None:
-        pid, status, self._usage = os.wait4(self.pid, os.WNOHANG)
-        if pid:
-            self.proc.returncode = os.waitstatus_to_exitcode(status)
-            return self.proc.returncode
-        time.sleep(interval)
-        return None
+        if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            time.sleep(interval)
+            return None
+        _kill_group(self.pid, signal.SIGKILL)  # ended, not reaped: the pid is still its
+        _, status, self._usage = os.wait4(self.pid, 0)
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        return self.proc.returncode
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.proc.returncode is None:  # not reaped yet
+            _kill_group(self.pid, sig)
 
     def usage(self, status: int) -> tuple[int, float | None, int | None]:
         return _step_usage(self.usage_file, status, self._usage)
@@ -235,8 +252,7 @@ def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
                                                   f"{exc.strerror or exc}", retryable=False)
         capture = OutputCapture(step.stdout, ctx.shell.output_limit_bytes, log)
         capture.start()
-        status, reason = _wait(step, spec.get("timeout"), ctx, log)
-        _kill_group(step.pid, signal.SIGKILL)  # leftovers would hold the pipe open
+        status, reason = _wait(step, spec.get("timeout"), ctx, log)  # leftovers killed
         capture.join(timeout=5)
         if log is not None:
             log.close()  # before the attempt's end is recorded: readers then have it all
@@ -307,10 +323,10 @@ def _wait(step: _Started, timeout: float | None, ctx: Any,
         elif reason is None and timeout is not None and now - started > timeout:
             reason = "timeout"
         if reason is not None and signalled_at is None:
-            _kill_group(step.pid, signal.SIGTERM)
+            step.signal(signal.SIGTERM)
             signalled_at = now
         elif signalled_at is not None and now - signalled_at > ctx.shell.kill_grace:
-            _kill_group(step.pid, signal.SIGKILL)
+            step.signal(signal.SIGKILL)
         if log is not None:
             log.flush_if_due()
         interval = min(interval * 2, 0.02)

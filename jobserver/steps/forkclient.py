@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT = 10.0
 RETRY_AFTER = 30.0
+#: How long an abandoned server gets to kill its steps' groups and exit by itself.
+EXIT_GRACE = 1.0
 
 
 class StepRun:
@@ -77,7 +79,7 @@ class StepRun:
 
     def abandon(self) -> None:
         """Stop the server this step was sent to (it never answered): the server exits
-        when its socket closes, and its steps die with it."""
+        when its socket closes, killing its steps' groups."""
         if self.connection is not None:
             self.connection.shutdown()
 
@@ -257,10 +259,20 @@ class ForkServer:
                 pass
         conn.lost()
         conn.sock.close()
-        conn.proc.kill()  # dead already, or abandoned: either way, done with
-        code = conn.proc.wait()
+        code = _end(conn.proc)
         log.warning("fork server %d ended (status %s); a new one starts at the next "
                     "shell step", conn.proc.pid, code)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for a server whose socket is closed: dead already, or exiting once it
+    has killed its steps' groups, which only it may signal. One stuck is killed
+    after :data:`EXIT_GRACE` (its steps die with it; what they left runs on)."""
+    try:
+        return proc.wait(EXIT_GRACE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def _cwd_fd() -> int | None:

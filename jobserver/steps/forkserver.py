@@ -41,7 +41,7 @@ Invariants:
   for a step it has not reaped, and kills the group *before* it reaps the step: until
   then the step's pid, which is the group's id, cannot be reused, so the signal never
   reaches a stranger's group. (The node, which learns of the end later, could not
-  know that.)
+  know that.) When the node closes the socket, every running step's group is killed.
 - The step has stdin from /dev/null, stdout and stderr on the pipe it was sent,
   default signal dispositions and no other descriptor of this process; it gets
   exactly the environment it was sent (this interpreter's PEP 538 ``LC_CTYPE`` is
@@ -191,6 +191,11 @@ class Server:
             if running == request_id:
                 kill_group(pid, signum)
 
+    def stop_steps(self) -> None:
+        """Kill the group of every step not reaped yet: the node has gone."""
+        for pid in self._pids:
+            kill_group(pid, signal.SIGKILL)
+
     def _reap(self) -> bool:
         """Report every step that has ended."""
         try:
@@ -247,11 +252,13 @@ def main(args: list[str]) -> int:
     die_with_parent(int(args[0]))
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    sock = _take_socket()
+    server = Server(_take_socket())
     try:
-        Server(sock).serve()
+        server.serve()
     except (EOFError, ConnectionError):
         pass
+    finally:
+        server.stop_steps()
     return 0
 
 

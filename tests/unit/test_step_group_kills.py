@@ -118,6 +118,29 @@ def test_under_the_reaper_the_node_kills_the_group_before_reaping_its_leader(
     assert node_kills and all(state == "Z" for _, _, state in node_kills), node_kills
 
 
+def test_a_server_the_node_abandons_kills_its_steps_groups(server: forkclient.ForkServer,
+                                                           tmp_path: Path) -> None:
+    """The step dies with the server (its death signal); its group's other processes
+    have none, and the server kills them as it leaves."""
+    pid_file = tmp_path / "pid"
+    read_end, write_end = os.pipe()
+    try:
+        run = server.start(["sh", "-c", f'sleep 60 & echo $! > "{pid_file}"; exec sleep 60'],
+                           dict(os.environ), write_end)
+    finally:
+        os.close(write_end)
+    try:
+        assert run is not None
+        left = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(),
+                            what="the step to start"))
+        run.abandon()
+        assert run.done.wait(10) and run.result is not None
+        assert run.result["status"] == -9
+        wait_for(lambda: not process_alive(left), what=f"the step's child {left} to die")
+    finally:
+        os.close(read_end)
+
+
 #: Stands in for the fork server: a step (leader of its group) leaves a child in it
 #: and ends; the server's reaping of it is watched. Run apart, so that the server's
 #: wait for any child sees this one only.

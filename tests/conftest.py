@@ -7,6 +7,7 @@ PostgreSQL tests skip with a loud reason when no server answers, except in CI
 from __future__ import annotations
 
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 import uuid
@@ -111,10 +112,26 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
         _empty(pg_store)
         yield pg_store
         return
-    sqlite_store = Store(f"sqlite:///{tmp_path / 'jobserver.db'}")
-    sqlite_store.upgrade()
+    path = tmp_path / "jobserver.db"
+    shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+    sqlite_store = Store(f"sqlite:///{path}")
     yield sqlite_store
     sqlite_store.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite store migrated once per test process, which each SQLite test
+    gets a copy of: a migration run costs about 0.12 s, a copy about a millisecond.
+    (``tests/unit/test_migrations.py`` runs the migrations themselves.) The
+    file must be all of it: its engine, disposed, leaves no journal beside it."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "jobserver.db"
+    store = Store(f"sqlite:///{path}")
+    store.upgrade()
+    store.dispose()
+    beside = [entry.name for entry in path.parent.iterdir() if entry != path]
+    assert not beside, f"the template store left {beside} beside its file"
+    return path
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -79,3 +79,25 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def proc_stat(pid: int) -> tuple[int, str, int] | None:
+    """(ppid, state letter, starttime) of ``pid`` from /proc, or None if it does not
+    exist. The state is Z for a process that ended and was not reaped."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()  # the command name may contain spaces
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def shell_context(**shell: Any) -> Any:
+    """A step context for running a step directly (job 1, attempt 1, node n1), with
+    ``shell`` as its ``steps.shell`` settings."""
+    from jobserver.config import ShellStepConfig
+    from jobserver.steps import StepContext
+
+    return StepContext(job_id=1, job_name="j", step="s", attempt=1, job_attempt=1, fence=1,
+                       node="n1", params={}, shell=ShellStepConfig(**shell),
+                       cancelled=threading.Event())

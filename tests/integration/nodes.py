@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import proc_stat as _stat
 from tests.helpers import wait_for
 
 MARK_VAR = "JSTEST_HARNESS"
@@ -62,16 +63,6 @@ class ProcInfo:
 
     def __str__(self) -> str:
         return f"{self.pid} ({self.cmdline[:100]})"
-
-
-def _stat(pid: int) -> tuple[int, str, int] | None:
-    """(ppid, state, starttime) of ``pid`` or None if it does not exist."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()  # the command name may contain spaces
-    return int(fields[1]), fields[0], int(fields[19])
 
 
 def _cmdline(pid: int) -> str:

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from jobserver.config import ShellStepConfig
 from jobserver.states import State
-from jobserver.steps import StepContext, forkclient
+from jobserver.steps import forkclient
 from jobserver.steps.shell import run_shell
 from tests.conftest import missing_service
-from tests.helpers import process_alive, wait_for
+from tests.helpers import proc_stat, process_alive, shell_context, wait_for
 
 NODE_MEMORY = 160 << 20  # what this process holds while the steps run
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,22 +36,13 @@ def server() -> forkclient.ForkServer:
     return forkclient.SERVER
 
 
-def _ctx() -> StepContext:
-    return StepContext(job_id=1, job_name="j", step="s", attempt=1, job_attempt=1, fence=1,
-                       node="n1", params={}, shell=ShellStepConfig(),
-                       cancelled=threading.Event())
-
-
 def _ppid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+    stat = proc_stat(pid)
+    return None if stat is None else stat[0]
 
 
 def test_the_step_is_the_servers_child_not_the_nodes(server: forkclient.ForkServer) -> None:
-    outcome = run_shell({"argv": ["sh", "-c", "echo $PPID"]}, _ctx())
+    outcome = run_shell({"argv": ["sh", "-c", "echo $PPID"]}, shell_context())
     assert outcome.state is State.SUCCEED, outcome.error
     assert int(outcome.output or "0") == server.pid() != os.getpid()
 
@@ -66,7 +56,7 @@ def node_memory() -> Iterator[None]:
 
 def test_a_step_reports_its_own_peak_rss(server: forkclient.ForkServer,
                                          node_memory: None) -> None:
-    outcome = run_shell({"argv": ["echo", "hi"]}, _ctx())
+    outcome = run_shell({"argv": ["echo", "hi"]}, shell_context())
     assert outcome.state is State.SUCCEED and outcome.output == "hi\n"
     assert outcome.peak_rss_kb is not None
     assert 0 < outcome.peak_rss_kb < 20 * 1024, outcome.peak_rss_kb
@@ -74,12 +64,12 @@ def test_a_step_reports_its_own_peak_rss(server: forkclient.ForkServer,
 
 
 def test_the_server_is_restarted_after_it_is_killed(server: forkclient.ForkServer) -> None:
-    assert run_shell({"argv": ["true"]}, _ctx()).state is State.SUCCEED
+    assert run_shell({"argv": ["true"]}, shell_context()).state is State.SUCCEED
     first = server.pid()
     assert first is not None
     os.kill(first, signal.SIGKILL)
     wait_for(lambda: server.pid() != first, what="the node to notice its server died")
-    outcome = run_shell({"argv": ["sh", "-c", "echo $PPID"]}, _ctx())
+    outcome = run_shell({"argv": ["sh", "-c", "echo $PPID"]}, shell_context())
     assert outcome.state is State.SUCCEED, outcome.error
     assert int(outcome.output or "0") == server.pid() not in (None, first)
 
@@ -88,7 +78,7 @@ def test_a_step_dies_with_the_server(server: forkclient.ForkServer, tmp_path: Pa
     pid_file = tmp_path / "pid"
     outcomes = []
     runner = threading.Thread(target=lambda: outcomes.append(run_shell(
-        {"argv": ["sh", "-c", f'echo $$ > "{pid_file}"; exec sleep 60']}, _ctx())))
+        {"argv": ["sh", "-c", f'echo $$ > "{pid_file}"; exec sleep 60']}, shell_context())))
     runner.start()
     step = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(),
                         what="the step to start"))
@@ -110,7 +100,7 @@ def test_two_steps_at_once_end_with_their_own_exit_codes(server: forkclient.Fork
 
     outcomes: dict[str, object] = {}
     threads = [threading.Thread(target=lambda m=m, o=o, c=c: outcomes.__setitem__(
-        m, run_shell(step(m, o, c), _ctx()))) for m, o, c in (("a", "b", 3), ("b", "a", 5))]
+        m, run_shell(step(m, o, c), shell_context()))) for m, o, c in (("a", "b", 3), ("b", "a", 5))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -122,7 +112,7 @@ def test_two_steps_at_once_end_with_their_own_exit_codes(server: forkclient.Fork
 def test_without_a_server_the_step_runs_under_the_reaper(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(forkclient, "SERVER", forkclient.ForkServer(None))
-    outcome = run_shell({"argv": ["sh", "-c", "echo $PPID"]}, _ctx())
+    outcome = run_shell({"argv": ["sh", "-c", "echo $PPID"]}, shell_context())
     assert outcome.state is State.SUCCEED, outcome.error
     reaper = int(outcome.output or "0")
     assert reaper != os.getpid() and reaper != forkclient.SERVER.pid()
@@ -165,7 +155,7 @@ def test_a_node_killed_with_sigkill_leaves_no_step_running(tmp_path: Path) -> No
 
 def test_a_step_cancelled_as_it_starts_gets_sigterm(server: forkclient.ForkServer) -> None:
     """The pid comes once the step has exec'd: its group exists for the first signal."""
-    ctx = _ctx()
+    ctx = shell_context()
     ctx.cancelled.set()
     outcome = run_shell({"argv": ["sleep", "30"]}, ctx)
     assert outcome.state is State.STOPPED and outcome.exit_code == -signal.SIGTERM
@@ -174,7 +164,7 @@ def test_a_step_cancelled_as_it_starts_gets_sigterm(server: forkclient.ForkServe
 def _step_cwd(server: forkclient.ForkServer) -> str:
     """The directory a step runs in, as the kernel names it, checking that the
     node's fork server started it."""
-    outcome = run_shell({"argv": ["sh", "-c", 'echo $PPID; readlink /proc/$$/cwd']}, _ctx())
+    outcome = run_shell({"argv": ["sh", "-c", 'echo $PPID; readlink /proc/$$/cwd']}, shell_context())
     assert outcome.state is State.SUCCEED, outcome.error
     parent, cwd = (outcome.output or "").splitlines()[-2:]  # after any getcwd warning
     assert int(parent) == server.pid()

@@ -14,37 +14,26 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from jobserver.config import ShellStepConfig
 from jobserver.states import State
-from jobserver.steps import StepContext, forkclient
+from jobserver.steps import forkclient
 from jobserver.steps.shell import run_shell
 from tests.conftest import missing_service
-from tests.helpers import process_alive, wait_for
+from tests.helpers import proc_stat, process_alive, shell_context, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A step whose child stays in its group after the step itself has ended.
 LEAVES_A_CHILD = {"argv": ["sh", "-c", "sleep 60 & echo $!"]}
 
 
-def _ctx() -> StepContext:
-    return StepContext(job_id=1, job_name="j", step="s", attempt=1, job_attempt=1, fence=1,
-                       node="n1", params={}, shell=ShellStepConfig(kill_grace=1),
-                       cancelled=threading.Event())
-
-
 def _state(pid: int) -> str | None:
     """The /proc state letter of ``pid`` (Z: ended, not reaped); None: no such pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2]
+    stat = proc_stat(pid)
+    return None if stat is None else stat[1]
 
 
 def _killed(pid: int) -> bool:
@@ -82,7 +71,7 @@ def server() -> forkclient.ForkServer:
 
 def test_the_server_kills_what_a_step_left_in_its_group(
         server: forkclient.ForkServer, node_kills: list[tuple[int, int, str | None]]) -> None:
-    outcome = run_shell(LEAVES_A_CHILD, _ctx())
+    outcome = run_shell(LEAVES_A_CHILD, shell_context(kill_grace=1))
     assert outcome.state is State.SUCCEED, outcome.error
     left = int(outcome.output or "0")
     assert _killed(left), f"{left} was not killed when the step's end reached the node"
@@ -92,7 +81,7 @@ def test_the_server_kills_what_a_step_left_in_its_group(
 
 def test_a_cancelled_step_is_signalled_through_the_server(
         server: forkclient.ForkServer, node_kills: list[tuple[int, int, str | None]]) -> None:
-    ctx = _ctx()
+    ctx = shell_context(kill_grace=1)
     ctx.cancelled.set()
     outcome = run_shell({"argv": ["sleep", "30"]}, ctx)
     assert outcome.state is State.STOPPED and outcome.exit_code == -15, outcome
@@ -102,7 +91,7 @@ def test_a_cancelled_step_is_signalled_through_the_server(
 def test_a_step_that_ignores_sigterm_times_out_with_sigkill_through_the_server(
         server: forkclient.ForkServer, node_kills: list[tuple[int, int, str | None]]) -> None:
     outcome = run_shell({"argv": ["sh", "-c", "trap '' TERM; sleep 30"], "timeout": 0.2},
-                        _ctx())
+                        shell_context(kill_grace=1))
     assert outcome.state is State.ERROR and outcome.exit_code == -9, outcome
     assert node_kills == []
 
@@ -111,7 +100,7 @@ def test_under_the_reaper_the_node_kills_the_group_before_reaping_its_leader(
         monkeypatch: pytest.MonkeyPatch,
         node_kills: list[tuple[int, int, str | None]]) -> None:
     monkeypatch.setattr(forkclient, "SERVER", forkclient.ForkServer(None))
-    outcome = run_shell(LEAVES_A_CHILD, _ctx())
+    outcome = run_shell(LEAVES_A_CHILD, shell_context(kill_grace=1))
     assert outcome.state is State.SUCCEED, outcome.error
     left = int(outcome.output or "0")
     assert _killed(left)

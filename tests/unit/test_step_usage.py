@@ -20,10 +20,9 @@ import pytest
 
 from jobserver.config import ShellStepConfig
 from jobserver.states import State
-from jobserver.steps import StepContext
 from jobserver.steps.shell import REAPER, SETPRIV, _command, run_shell
 from tests.conftest import missing_service
-from tests.helpers import process_alive, wait_for
+from tests.helpers import process_alive, shell_context, wait_for
 
 NODE_MEMORY = 160 << 20  # what this process holds while the steps run
 
@@ -37,14 +36,8 @@ def node_memory() -> Iterator[None]:
     del held
 
 
-def _ctx() -> StepContext:
-    return StepContext(job_id=1, job_name="j", step="s", attempt=1, job_attempt=1, fence=1,
-                       node="n1", params={}, shell=ShellStepConfig(),
-                       cancelled=threading.Event())
-
-
 def test_echo_reports_a_few_megabytes_not_the_nodes_memory(node_memory: None) -> None:
-    outcome = run_shell({"argv": ["echo", "hi"]}, _ctx())
+    outcome = run_shell({"argv": ["echo", "hi"]}, shell_context())
     assert outcome.state is State.SUCCEED and outcome.output == "hi\n"
     assert outcome.peak_rss_kb is not None
     assert 0 < outcome.peak_rss_kb < 20 * 1024, outcome.peak_rss_kb
@@ -52,7 +45,7 @@ def test_echo_reports_a_few_megabytes_not_the_nodes_memory(node_memory: None) ->
 
 def test_a_step_that_allocates_100_mb_reports_at_least_that(node_memory: None) -> None:
     argv = [sys.executable, "-c", "data = b'x' * (100 << 20)"]
-    outcome = run_shell({"argv": argv}, _ctx())
+    outcome = run_shell({"argv": argv}, shell_context())
     assert outcome.state is State.SUCCEED, outcome.error
     assert outcome.peak_rss_kb is not None
     assert 100 * 1024 <= outcome.peak_rss_kb < 100 * 1024 + NODE_MEMORY // 1024
@@ -60,7 +53,7 @@ def test_a_step_that_allocates_100_mb_reports_at_least_that(node_memory: None) -
 
 
 def test_a_step_stopped_by_sigterm_reports_the_signal() -> None:
-    ctx = _ctx()
+    ctx = shell_context()
     timer = threading.Timer(0.5, ctx.cancelled.set)
     timer.start()
     outcome = run_shell({"argv": ["sleep", "30"]}, ctx)
@@ -95,7 +88,7 @@ def test_a_step_dies_with_its_reaper(tmp_path: Path) -> None:
 def test_the_step_gets_the_environment_it_was_given(env: dict[str, str]) -> None:
     """The reaper is Python, which sets LC_CTYPE in a C locale (PEP 538): the step
     must not inherit that."""
-    ctx = _ctx()
+    ctx = shell_context()
     ctx.shell = ShellStepConfig(env_passthrough=["PATH"])
     outcome = run_shell({"argv": ["env"], "env": env}, ctx)
     lines = set((outcome.output or "").splitlines())

@@ -327,10 +327,11 @@ def validate_job(spec: JobSpec, policy: Policy) -> list[list[str]]:
         problems.extend(_check_step(index, step, set(names), policy))
     if problems:
         raise InvalidRequest(f"{problems[0]['field']}: {problems[0]['message']}", problems)
-    dependencies = _resolve_dependencies(spec)
-    # A chain in list order (no step names its own depends_on) has no cycle.
-    chained = all(step.depends_on is None for step in spec.steps)
-    cycle = None if chained else find_cycle(names, dependencies)
+    if all(step.depends_on is None for step in spec.steps):
+        # A chain in list order: each step after the one before it, so no cycle.
+        return [[]] + [[spec.steps[i - 1].name] for i in range(1, len(spec.steps))]
+    dependencies = [list(dict.fromkeys(step.depends_on or [])) for step in spec.steps]
+    cycle = find_cycle(names, dependencies)
     if cycle:
         raise InvalidRequest("steps: depends_on forms a cycle: " + " -> ".join(cycle),
                              [{"field": "steps", "message": "dependency cycle"}])
@@ -358,12 +359,6 @@ def _check_step(index: int, step: Any, names: set[str], policy: Policy) -> list[
                          "message": f"no connection named {step.connection!r} "
                                     "(connections.<name>.url in the config)"})
     return problems
-
-
-def _resolve_dependencies(spec: JobSpec) -> list[list[str]]:
-    if all(step.depends_on is None for step in spec.steps):
-        return [[]] + [[spec.steps[i - 1].name] for i in range(1, len(spec.steps))]
-    return [list(dict.fromkeys(step.depends_on or [])) for step in spec.steps]
 
 
 def find_cycle(names: list[str], dependencies: list[list[str]]) -> list[str] | None:

@@ -107,8 +107,10 @@ class ServerRepository:
                 reasons[node] = "not registered"
             elif row.state != "alive":
                 reasons[node] = f"marked {row.state}"
-            elif row.age is None or row.age > dead_after:
-                reasons[node] = f"last heartbeat {row.age or 0:.1f} s ago"
+            elif row.age is None:
+                reasons[node] = "no heartbeat"
+            elif row.age > dead_after:
+                reasons[node] = f"last heartbeat {row.age:.1f} s ago"
         return reasons
 
     def requeue_orphans(self, node_id: str, rescuer: str,

@@ -47,7 +47,7 @@ from typing import Any
 from jobserver.datasets.outputs import ENV as PARTITIONS_ENV
 from jobserver.datasets.outputs import OutputError, read_file
 from jobserver.states import State
-from jobserver.steps import forkclient, reaper
+from jobserver.steps import forkclient, forkserver, reaper
 from jobserver.steps.log import StepLog
 from jobserver.store.records import StepOutcome
 
@@ -200,14 +200,14 @@ class _Reaped(_Started):
         if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
             time.sleep(interval)
             return None
-        _kill_group(self.pid, signal.SIGKILL)  # ended, not reaped: the pid is still its
+        forkserver.kill_group(self.pid, signal.SIGKILL)  # ended, not reaped: the pid is still its
         _, status, self._usage = os.wait4(self.pid, 0)
         self.proc.returncode = os.waitstatus_to_exitcode(status)
         return self.proc.returncode
 
     def signal(self, sig: signal.Signals) -> None:
         if self.proc.returncode is None:  # not reaped yet
-            _kill_group(self.pid, sig)
+            forkserver.kill_group(self.pid, sig)
 
     def usage(self, status: int) -> tuple[int, float | None, int | None]:
         return _step_usage(self.usage_file, status, self._usage)
@@ -330,13 +330,6 @@ def _wait(step: _Started, timeout: float | None, ctx: Any,
         if log is not None:
             log.flush_if_due()
         interval = min(interval * 2, 0.02)
-
-
-def _kill_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _read_metrics(path: Path) -> tuple[dict[str, Any] | None, str | None]:

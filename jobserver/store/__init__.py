@@ -114,6 +114,7 @@ class Store:
         from jobserver.store.browse import JobBrowser
         from jobserver.store.epochs import EpochRepository
         from jobserver.store.fences import FenceRepository
+        from jobserver.store.holds import HoldRepository
         from jobserver.store.jobs import JobRepository
         from jobserver.store.logs import StepLogRepository
         from jobserver.store.retention import RetentionRepository
@@ -134,6 +135,7 @@ class Store:
         self.jobs = JobRepository(self.tx)
         self.browse = JobBrowser(self.tx)
         self.runs = RunRepository(self.tx, keyed_tx)
+        self.holds = HoldRepository(self.tx, self.runs)
         self.fences = FenceRepository(self.tx)
         self.servers = ServerRepository(self.tx)
         self.epochs = EpochRepository(self.tx)

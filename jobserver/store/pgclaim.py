@@ -30,10 +30,12 @@ from jobserver.store.tables import jobs
 
 
 class ClaimKind(enum.Enum):
-    """Which jobs a claim takes: any node's (unassigned, under a lease) or, in leader
+    """Which jobs a claim takes: any node's (unassigned, under a lease), those the
+    claiming node holds ahead under that lease (``scheduler.prefetch``) or, in leader
     mode, those the leader assigned to the claiming node."""
 
     OPEN = "open"
+    HELD = "held"
     ASSIGNED = "assigned"
 
 
@@ -45,8 +47,11 @@ def params(kind: ClaimKind, node: str, limit: int, *, key: str | None = None,
            job_ids: Sequence[int] | None = None, keyless: bool = False) -> dict[str, Any]:
     """The parameters of the ``claim`` statement. ``OPEN`` needs the lease's ``key``
     and ``fence`` and the ``assigned_servers`` LIKE ``pattern`` naming ``node``; only
-    ``job_ids`` when given, only jobs without a ``lock_key`` when ``keyless``."""
-    return {"assigned": kind is ClaimKind.ASSIGNED, "node": node, "limit": limit,
+    ``job_ids`` when given, only jobs without a ``lock_key`` when ``keyless``.
+    ``HELD`` needs the ``key`` and ``fence`` the jobs were held under and their
+    ``job_ids``."""
+    return {"assigned": kind is ClaimKind.ASSIGNED, "held": kind is ClaimKind.HELD,
+            "node": node, "limit": limit,
             "key": key, "fence": fence, "pattern": pattern,
             "job_ids": None if job_ids is None else list(job_ids), "keyless": keyless}
 

@@ -14,13 +14,16 @@
 -- each step's (in StepRecord's field order). Run on an autocommit connection, it
 -- commits as it returns.
 --
--- Two kinds of claim share the statement, told apart by %(assigned)s:
--- * false, any node's claim: READY, unassigned, due, allowed on this node, and only
+-- Three kinds of claim share the statement, told apart by %(assigned)s and %(held)s:
+-- * neither, any node's claim: READY, unassigned, due, allowed on this node, and only
 --   the ids in %(job_ids)s (NULL: any) and only jobs without a lock_key when
 --   %(keyless)s; written only while the lease (%(key)s, %(fence)s) is the newest of
 --   its key, and the job takes the lease's fence;
--- * true, leader mode: the READY jobs the leader assigned to %(node)s, which keep the
---   leader's fence.
+-- * %(held)s, the start of jobs this node claimed ahead (``hold``): the ids in
+--   %(job_ids)s still READY and held by %(node)s under that same lease, written only
+--   while the lease is the newest of its key;
+-- * %(assigned)s, leader mode: the READY jobs the leader assigned to %(node)s, which
+--   keep the leader's fence.
 -- The engine plans every run with its parameters known (plan_cache_mode =
 -- force_custom_plan), so the branch not taken and a NULL filter fold away and the
 -- candidates are a range scan of ix_jobs_queue in its own order (``node`` and
@@ -34,7 +37,11 @@ WITH candidates AS MATERIALIZED (
   SELECT id FROM jobs
   WHERE state = 'READY' AND waiting_on = 0
     AND ((CAST(%(assigned)s AS boolean) AND node = %(node)s)
-         OR (NOT CAST(%(assigned)s AS boolean) AND node IS NULL
+         OR (CAST(%(held)s AS boolean) AND node = %(node)s
+             AND fence = CAST(%(fence)s AS bigint)
+             AND id = ANY(CAST(%(job_ids)s AS bigint[])))
+         OR (NOT CAST(%(assigned)s AS boolean) AND NOT CAST(%(held)s AS boolean)
+             AND node IS NULL
              AND (not_before IS NULL OR not_before <= clock_timestamp())
              AND (assigned_servers IS NULL OR assigned_servers LIKE %(pattern)s ESCAPE '\')
              AND (CAST(%(job_ids)s AS bigint[]) IS NULL
@@ -48,7 +55,9 @@ WITH candidates AS MATERIALIZED (
          finished_at = NULL, updated_at = clock_timestamp()
   WHERE jobs.id IN (SELECT id FROM candidates) AND jobs.state = 'READY'
     AND ((CAST(%(assigned)s AS boolean) AND jobs.node = %(node)s)
-         OR (NOT CAST(%(assigned)s AS boolean) AND EXISTS (
+         OR (NOT CAST(%(assigned)s AS boolean)
+             AND (NOT CAST(%(held)s AS boolean) OR jobs.node = %(node)s)
+             AND EXISTS (
                SELECT 1 FROM lock_epochs
                WHERE key = %(key)s AND epoch = CAST(%(fence)s AS bigint))))
   RETURNING jobs.*
@@ -93,6 +102,30 @@ FROM claimed LEFT JOIN steps AS s ON s.job_id = claimed.id
 LEFT JOIN started ON started.id = s.id
 ORDER BY claimed.priority DESC, claimed.id, s.position;
 
+
+-- name: hold
+-- Claim ahead (``scheduler.prefetch``): give up to %(limit)s READY jobs that %(node)s
+-- could claim (as the claim's first kind picks them, in its order) to %(node)s under
+-- the lease (%(key)s, %(fence)s), without starting them: they stay READY, with the
+-- node and the lease's fence set, so no other claim takes them, and nothing about them
+-- reads as started. Written only while the lease is the newest of its key; no audit
+-- row (no state changes). Returns the held ids in claim order.
+WITH candidates AS MATERIALIZED (
+  SELECT id FROM jobs
+  WHERE state = 'READY' AND waiting_on = 0 AND node IS NULL
+    AND (not_before IS NULL OR not_before <= clock_timestamp())
+    AND (assigned_servers IS NULL OR assigned_servers LIKE %(pattern)s ESCAPE '\')
+    AND (NOT CAST(%(keyless)s AS boolean) OR lock_key IS NULL)
+  ORDER BY node, waiting_on, priority DESC, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+), held AS (
+  UPDATE jobs SET node = %(node)s, fence = CAST(%(fence)s AS bigint),
+         updated_at = clock_timestamp()
+  WHERE jobs.id IN (SELECT id FROM candidates) AND jobs.state = 'READY'
+    AND EXISTS (SELECT 1 FROM lock_epochs
+                WHERE key = %(key)s AND epoch = CAST(%(fence)s AS bigint))
+  RETURNING jobs.id, jobs.priority
+)
+SELECT id FROM held ORDER BY priority DESC, id;
 
 -- name: complete
 -- The group commit: many step attempts' final writes in one statement, the batch as

@@ -116,13 +116,13 @@ class RunRepository:
         claimers never wait on each other.
         """
         if self._tx.dialect == "postgresql":
-            return self._claim_postgresql(open_claim_params(node, lease, limit, job_ids,
+            return self.claim_postgresql(open_claim_params(node, lease, limit, job_ids,
                                                             keyless))
         candidates = ready_candidates(node, limit, job_ids, keyed=False if keyless else None)
         values = dict(state=State.RUNNING.value, node=node, fence=lease.fence,
                       attempt=jobs.c.attempt + 1, error=None, started_at=store_now(),
                       finished_at=None, updated_at=store_now())
-        return self._start(update(jobs).where(
+        return self.start_where(update(jobs).where(
             jobs.c.id.in_(candidates), jobs.c.state == State.READY.value,
             is_current(lease.key, lease.fence)).values(**values), node)
 
@@ -144,20 +144,22 @@ class RunRepository:
     def claim_assigned(self, node: str, limit: int) -> list[JobRecord]:
         """Leader mode: start READY jobs the leader assigned to ``node``."""
         if self._tx.dialect == "postgresql":
-            return self._claim_postgresql(pgclaim.params(ClaimKind.ASSIGNED, node, limit))
+            return self.claim_postgresql(pgclaim.params(ClaimKind.ASSIGNED, node, limit))
         candidates = _in_claim_order(select(jobs.c.id).where(
             jobs.c.state == State.READY.value, jobs.c.node == node, jobs.c.waiting_on == 0),
             limit)
-        return self._start(update(jobs).where(
+        return self.start_where(update(jobs).where(
             jobs.c.id.in_(candidates), jobs.c.state == State.READY.value, jobs.c.node == node)
             .values(state=State.RUNNING.value, attempt=jobs.c.attempt + 1, error=None,
                     started_at=store_now(), finished_at=None, updated_at=store_now()), node)
 
-    def _claim_postgresql(self, params: dict[str, Any]) -> list[JobRecord]:
+    def claim_postgresql(self, params: dict[str, Any]) -> list[JobRecord]:
         with self._tx.statement() as conn:
             return pgclaim.claim(conn, params)
 
-    def _start(self, statement: Any, node: str) -> list[JobRecord]:
+    def start_where(self, statement: Any, node: str) -> list[JobRecord]:
+        """Run ``statement`` (an UPDATE of ``jobs`` to RUNNING on ``node``) as a claim:
+        the claimed jobs with their steps, first steps started, audit rows written."""
         with self._tx.write() as conn:
             rows = conn.execute(statement.returning(*jobs.c)).all()
             if not rows:

@@ -57,6 +57,14 @@ class SchedulerConfig(_Section):
     poll_interval: float = Field(default=1.0, gt=0, le=300)
     max_concurrent_jobs: int = Field(default=10, ge=1, le=1000)
     claim_batch: int = Field(default=32, ge=1, le=1000)
+    # Claim-ahead: a claim round that fills the runner holds up to this many more jobs
+    # (READY, held by the node) to start by id as slots free; 0: off. Off by default:
+    # a held job's start writes what a claim writes, so holding adds a write per job
+    # and saves none (bench/RESULTS.md). Leader mode does not hold (the leader's
+    # assignments play that part).
+    prefetch: int = Field(default=0, ge=0, le=1000)
+    # A held job that waited this long for a slot goes back to any claimer.
+    prefetch_timeout: float = Field(default=0.1, gt=0, le=60)
     # A job READY longer than this, for a reason other than waiting for a free slot,
     # counts in jobserver_jobs_stuck (and fires the JobserverJobsBlocked alert).
     stuck_after: float = Field(default=600.0, gt=0, le=7 * 86400)
@@ -73,6 +81,10 @@ class SchedulerConfig(_Section):
     webhook_urls: list[str] = Field(default_factory=list)
     webhook_retries: int = Field(default=3, ge=0, le=100)
     webhook_timeout: float = Field(default=5.0, gt=0, le=300)
+
+    def prefetch_limit(self) -> int:
+        """How many jobs a node may hold ahead in this mode (see ``prefetch``)."""
+        return 0 if self.mode is SchedulerMode.LEADER else self.prefetch
 
     @field_validator("mode", mode="before")
     @classmethod

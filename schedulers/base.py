@@ -27,6 +27,7 @@ from jobserver.runner import Runner
 from jobserver.store import Store
 from jobserver.store.records import JobRecord
 from locks.base import Lease, LockBackend
+from schedulers.prefetch import Prefetch
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,11 @@ class Scheduler(ABC):
         #: arrives meanwhile waits behind it.
         self.more_ready = True
         #: Held from a claim's start until what it claimed is on the runner (see
-        #: :meth:`handover`).
+        #: :meth:`handover`); claim-ahead's state changes only under it.
         self._handover = threading.Lock()
+        settings = ctx.config.scheduler
+        self.prefetch = Prefetch(ctx.store, ctx.node_id, settings.prefetch_limit(),
+                                 settings.prefetch_timeout)
 
     @abstractmethod
     def run(self) -> None:
@@ -114,21 +118,48 @@ class Scheduler(ABC):
 
     def settle_claims(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a claim round in progress to hand its
-        jobs to the runner. Once ``ctx.stopping`` is set no round claims anything, so
-        after this returns True the runner holds every job this node claimed."""
+        jobs to the runner, then give back the jobs held ahead. Once
+        ``ctx.stopping`` is set no round claims or holds anything, so after this
+        returns True the runner has every job this node claimed and it holds none."""
         if not self._handover.acquire(timeout=max(0.0, timeout)):
             return False
-        self._handover.release()
+        try:
+            self.prefetch.give_back_all("the node is draining")
+        finally:
+            self._handover.release()
         return True
+
+    def give_back_held(self, why: str) -> None:
+        """Give back the jobs held ahead (the lease they were held under ends)."""
+        with self._handover:
+            self.prefetch.give_back_all(why)
 
     def dispatch(self, lease: Lease) -> int:
         """Claim as many READY jobs as the runner has free slots; start them."""
         with self.handover() as room:
-            if room <= 0:
-                return 0
-            claimed = self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, room))
-        self.more_ready = claimed >= room
+            claimed = self.claim_round(lease, room, lambda limit: self.ctx.store.runs.claim(
+                self.ctx.node_id, lease, limit))
+        if room > 0:
+            self.more_ready = claimed >= room
         return claimed
+
+    def claim_round(self, lease: Lease, room: int,
+                    claim: Callable[[int], list[JobRecord]], keyless: bool = False) -> int:
+        """Fill up to ``room`` free slots under ``lease``: jobs held ahead first, then
+        ``claim(limit)``; when that fills them, hold up to ``scheduler.prefetch`` more
+        (only jobs without a ``lock_key`` when ``keyless``). Held jobs that waited
+        past ``scheduler.prefetch_timeout`` go back. Call within :meth:`handover`;
+        returns the jobs started."""
+        self.prefetch.reconcile()
+        started = 0
+        if room > 0:
+            started = self.start(self.prefetch.take(lease, room))
+            if started < room:
+                started += self.start(claim(room - started))
+            if started >= room and self.prefetch.may_fill():
+                self.prefetch.fill(lease, keyless)
+        self.prefetch.expire()
+        return started
 
     def start(self, jobs: list[JobRecord], on_done: Callable[[], None] | None = None) -> int:
         if jobs:
@@ -236,6 +267,9 @@ class Scheduler(ABC):
         due = self._seconds_until_due()
         if due is not None:
             timeout = min(timeout, due + DUE_MARGIN)
+        expiry = self.prefetch.seconds_to_expiry()
+        if expiry is not None:
+            timeout = min(timeout, expiry + DUE_MARGIN)
         self.ctx.wake.wait(timeout)
         self.ctx.wake.clear()
 

@@ -57,11 +57,14 @@ class DistributedScheduler(Scheduler):
                 continue
             if not self.more_ready or self.ctx.runner.free_slots() == 0:
                 self.wait_for_work(poll)
+        self.give_back_held("the node stops scheduling")
         self.active = False
 
     def _claim_round(self) -> int:
         with self.handover() as room:
-            return self._claim(room) if room > 0 else 0
+            started = self._claim(room) if room > 0 else 0
+            self.prefetch.expire()  # also while the runner is full, which is when jobs wait
+            return started
 
     def _claim(self, room: int) -> int:
         started = self._claim_keyless(room)
@@ -89,8 +92,8 @@ class DistributedScheduler(Scheduler):
         lease = self.ctx.presence()
         if lease is None or not self.record_lease(lease):
             return 0
-        return self.start(self.ctx.store.runs.claim(self.ctx.node_id, lease, room,
-                                                    keyless=True))
+        return self.claim_round(lease, room, lambda limit: self.ctx.store.runs.claim(
+            self.ctx.node_id, lease, limit, keyless=True), keyless=True)
 
     def _try_job(self, job_id: int, key: str) -> int:
         lease = self.acquire_timed(lambda: self.ctx.locks.acquire(key, blocking=False),

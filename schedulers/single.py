@@ -48,6 +48,7 @@ class SingleScheduler(Scheduler):
                 self._schedule(lease)
             finally:
                 self.active, self._lease = False, None
+                self.give_back_held("the global lock was given up")
                 lease.release()
                 log.info("released the global lock: %r", lease)
 
@@ -58,6 +59,7 @@ class SingleScheduler(Scheduler):
             return
         log.info("node %s is the active scheduler (fence %s)", self.ctx.node_id, lease.fence)
         lease.on_lost(lambda _lease: self.ctx.wake.set())
+        self.prefetch.forget_others()  # held by an earlier active scheduler, now fenced off
         self.active, self._lease = True, lease
         self.publish(NodeEvent("became_active", self.ctx.node_id))
         self.announce("active")

@@ -7,7 +7,10 @@ A claim takes a READY job only when all of these hold (``jobserver.store.runs``:
 
 1. ``not_due``: its ``not_before`` is later than the store's clock;
 2. ``waiting_upstream``: ``waiting_on > 0``, upstream jobs not final for their ``when``;
-3. ``assigned`` (leader mode): the leader gave it to a node, which has not started it;
+3. ``claimed_ahead`` (single and distributed modes, ``scheduler.prefetch``): a node
+   claimed it ahead and starts it when one of its slots frees (or gives it back after
+   ``scheduler.prefetch_timeout``); ``assigned`` (leader mode): the leader gave it to
+   a node, which has not started it;
 4. ``no_live_node``: ``assigned_servers`` names no live node;
 5. ``no_scheduler``: no node claims at all (``single``: no active scheduler;
    ``leader``: no leader; ``distributed``: no node scheduling);
@@ -43,6 +46,7 @@ from jobserver.store.tables import jobs, servers
 
 NOT_DUE = "not_due"
 WAITING_UPSTREAM = "waiting_upstream"
+CLAIMED_AHEAD = "claimed_ahead"
 ASSIGNED = "assigned"
 NO_LIVE_NODE = "no_live_node"
 NO_SCHEDULER = "no_scheduler"
@@ -51,11 +55,11 @@ LOCK_HELD = "lock_held"
 NO_FREE_SLOT = "no_free_slot"
 CLAIMABLE = "claimable"
 #: Every reason, in the order they are checked.
-CODES = (NOT_DUE, WAITING_UPSTREAM, ASSIGNED, NO_LIVE_NODE, NO_SCHEDULER, NOT_SCHEDULING,
+CODES = (NOT_DUE, WAITING_UPSTREAM, CLAIMED_AHEAD, ASSIGNED, NO_LIVE_NODE, NO_SCHEDULER, NOT_SCHEDULING,
          LOCK_HELD, NO_FREE_SLOT, CLAIMABLE)
 #: The reasons of a job that waits for nothing but room (or for the next claim): not
 #: counted as stuck, however long it waits.
-ONLY_BUSY = frozenset({NO_FREE_SLOT, CLAIMABLE})
+ONLY_BUSY = frozenset({CLAIMED_AHEAD, NO_FREE_SLOT, CLAIMABLE})
 #: The reasons ``jobserver_jobs_stuck`` reports.
 STUCK_CODES = tuple(code for code in CODES if code not in ONLY_BUSY)
 
@@ -132,12 +136,23 @@ def classify(facts: Facts, cluster: Cluster) -> NotRunning:
 
 
 def _assigned(node: str, cluster: Cluster) -> NotRunning:
+    if cluster.mode != "leader":
+        return _claimed_ahead(node, cluster)
     if any(live.id == node for live in cluster.live):
         return NotRunning(ASSIGNED, f"assigned to node {node} by the leader; it starts the "
                           "job at its next claim", {"node": node})
     return NotRunning(ASSIGNED, f"assigned to node {node} by the leader, and {node} is not "
                       "live: the leader takes the job back when it rescues that node's jobs",
                       {"node": node})
+
+
+def _claimed_ahead(node: str, cluster: Cluster) -> NotRunning:
+    if any(live.id == node for live in cluster.live):
+        return NotRunning(CLAIMED_AHEAD, f"claimed by node {node}, waiting for a slot: it "
+                          "starts when one frees, or goes back to any node after "
+                          "scheduler.prefetch_timeout", {"node": node})
+    return NotRunning(CLAIMED_AHEAD, f"claimed by node {node}, which is not live: it goes "
+                      "back to any node when that node's jobs are rescued", {"node": node})
 
 
 def _placement(facts: Facts, cluster: Cluster) -> NotRunning:

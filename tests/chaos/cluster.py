@@ -53,6 +53,7 @@ HEARTBEAT_INTERVAL = 0.5
 DEAD_AFTER = 3.0
 ZK_SESSION_TIMEOUT = 4.0
 PG_SESSION_TIMEOUT = 3.0
+PREFETCH = 4
 
 #: Settings every chaos node runs with (on top of nodes.NODE_DEFAULTS).
 CHAOS_ENV = {
@@ -62,6 +63,9 @@ CHAOS_ENV = {
     "JOBSERVER_API__WORKERS": "1",
     "JOBSERVER_LOCK__SESSION_TIMEOUT": str(PG_SESSION_TIMEOUT),
     "JOBSERVER_ZOOKEEPER__SESSION_TIMEOUT": str(ZK_SESSION_TIMEOUT),
+    # Claim-ahead on (off by default): the ledgers then check that held jobs are
+    # neither lost nor run twice when their holder is killed, stopped or fenced off.
+    "JOBSERVER_SCHEDULER__PREFETCH": str(PREFETCH),
 }
 
 #: What a node logs when it becomes the holder of its mode's ``ACTIVE_LOCK``.

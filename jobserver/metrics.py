@@ -117,6 +117,10 @@ class NodeMetrics:
                              registry=registry, multiprocess_mode="livesum")
         self.locks_held = Gauge("jobserver_locks_held", "Locks this node holds",
                                 registry=registry, multiprocess_mode="livesum")
+        self.held_ahead = Gauge("jobserver_jobs_held_ahead",
+                                "Jobs this node claimed ahead (scheduler.prefetch), READY "
+                                "and waiting for one of its slots",
+                                registry=registry, multiprocess_mode="livesum")
         # Set by the node that plans (jobserver.stuck); 0 on the others.
         self.stuck = Gauge("jobserver_jobs_stuck",
                            "Jobs READY longer than scheduler.stuck_after, by why no node "

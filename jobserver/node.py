@@ -233,6 +233,7 @@ class Node:
         self._keep_presence()
         self.metrics.running.set(self.runner.running_count())
         self.metrics.locks_held.set(self.scheduler.held_locks() + (self._presence is not None))
+        self.metrics.held_ahead.set(len(self.scheduler.prefetch))
         self.metrics.active.set(int(self.scheduler.active))
         try:
             alive = self.store.servers.heartbeat(self.id, self.runner.running_count(),

@@ -61,9 +61,6 @@ class Prefetch:
     def __len__(self) -> int:
         return len(self._held)
 
-    def held_ids(self) -> list[int]:
-        return list(self._held)
-
     def take(self, lease: Lease, room: int) -> list[JobRecord]:
         """Start up to ``room`` held jobs under ``lease``; the started jobs, for the
         runner. Held jobs this start did not take (paused, discarded, rescued, held

@@ -75,6 +75,8 @@ def test_a_drain_gives_the_held_jobs_back(nodes: Nodes) -> None:
     long_job, short = queue(nodes, 2)
     node = nodes.start(**one_slot(JOBSERVER_SCHEDULER__PREFETCH_TIMEOUT="30"))
     wait_for(lambda: holders(nodes, short) == ["n1", "n1"], 5, 0.01, "the node to hold two")
+    wait_for(lambda: node.metrics.held_ahead.collect()[0].samples[0].value == 2, 5, 0.05,
+             "jobserver_jobs_held_ahead to say two")
     assert node.stop() is True
     assert holders(nodes, [long_job, *short]) == ["SUCCEED", None, None]
     assert [nodes.probe.jobs.get(job_id).attempt for job_id in short] == [0, 0]

@@ -363,8 +363,9 @@ class RetentionConfig(_Section):
     # Jobs deleted per transaction: each one holds SQLite's write lock, or the rows
     # of those jobs on PostgreSQL, for its length.
     batch_size: int = Field(default=500, ge=1, le=10_000)
-    # Seconds between two delete transactions, so that claims and completions get
-    # the database (SQLite: the write lock) in between.
+    # Seconds at least between two delete transactions of the loop, so that claims
+    # and completions get the database (SQLite: the write lock) in between; the loop
+    # also waits at least three times as long as the last one took.
     pause: float = Field(default=0.1, ge=0, le=60)
 
     @field_validator("finished_jobs", "interval", "pause", mode="before")

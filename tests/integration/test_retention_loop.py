@@ -4,8 +4,10 @@ on real in-process nodes, where only the node holding the seat deletes."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import insert
@@ -14,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter
 from jobserver.config import RetentionConfig
 from jobserver.exceptions import FencedOff
 from jobserver.node import Node
-from jobserver.retention import ROUND_BATCHES, RetentionLoop
+from jobserver.retention import PACING, ROUND_BATCHES, Purge, RetentionLoop
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
 from tests.helpers import FakeLease, wait_for
@@ -50,10 +52,33 @@ def test_a_round_with_more_left_hands_over_after_the_pause(store: Store) -> None
     tail = newest_young(store)
     loop = RetentionLoop(store, None, RetentionConfig(batch_size=1, pause=0.01))
     lease = FakeLease(store)
-    assert loop.round(lease) == 0.01  # type: ignore[arg-type]
+    assert 0.01 <= loop.round(lease) < 1  # type: ignore[arg-type]
     assert present(store) == {old[-1], tail}
     assert loop.round(lease) == 60  # type: ignore[arg-type]
     assert present(store) == {tail}
+
+
+SLOW_BATCH = 0.02
+
+
+def test_the_loop_rests_three_times_as_long_as_a_slow_batch_took(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = [old_job(store) for _ in range(ROUND_BATCHES + 1)]
+    newest_young(store)
+    step = Purge.step
+
+    def slow_step(self: Purge, *args: Any) -> Any:
+        time.sleep(SLOW_BATCH)
+        return step(self, *args)
+
+    monkeypatch.setattr(Purge, "step", slow_step)
+    loop = RetentionLoop(store, None, RetentionConfig(batch_size=1, pause=0.01))
+    began = time.monotonic()
+    wait = loop.round(FakeLease(store))  # type: ignore[arg-type]
+    assert wait >= PACING * SLOW_BATCH
+    # every batch but the first after a rest of at least three times a batch
+    assert time.monotonic() - began >= SLOW_BATCH * (ROUND_BATCHES + (ROUND_BATCHES - 1) * PACING)
+    assert old[-1] in present(store)
 
 
 def test_a_round_under_a_lease_taken_over_deletes_nothing(store: Store) -> None:

@@ -5,29 +5,12 @@ held with, may start it."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-
 import pytest
 
-from jobserver.spec import Policy, parse_job, validate_job
 from jobserver.states import Operation, State
 from jobserver.store import Store
-from tests.conftest import open_store
-from tests.helpers import FakeLease, job_spec
-
-POLICY = Policy(lambda name: name.startswith("demo."), None)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Store]:
-    yield from open_store(request, tmp_path)
-
-
-def submit(store: Store, **fields) -> int:
-    spec = parse_job(json.dumps(job_spec(**fields)))
-    job, _ = store.jobs.submit(spec, validate_job(spec, POLICY))
-    return job.id
+from tests.helpers import FakeLease
+from tests.integration.test_store import submit
 
 
 def transitions(store: Store, job_id: int) -> list[tuple[str | None, str | None, str]]:

@@ -66,12 +66,9 @@ class HoldRepository:
             return self._runs.claim_postgresql(pgclaim.params(
                 ClaimKind.HELD, node, len(job_ids), key=lease.key, fence=lease.fence,
                 job_ids=job_ids))
-        return self._runs.start_where(update(jobs).where(
-            jobs.c.id.in_(job_ids), jobs.c.state == State.READY.value, jobs.c.node == node,
-            jobs.c.fence == lease.fence, jobs.c.waiting_on == 0,
-            is_current(lease.key, lease.fence))
-            .values(state=State.RUNNING.value, attempt=jobs.c.attempt + 1, error=None,
-                    started_at=store_now(), finished_at=None, updated_at=store_now()), node)
+        return self._runs.start_where(node, [
+            jobs.c.id.in_(job_ids), jobs.c.node == node, jobs.c.fence == lease.fence,
+            jobs.c.waiting_on == 0, is_current(lease.key, lease.fence)])
 
     def release_holds(self, node: str | None, job_ids: list[int] | None = None,
                       fence: int | None = None, keep: Sequence[int] = ()) -> int:

@@ -119,12 +119,9 @@ class RunRepository:
             return self.claim_postgresql(open_claim_params(node, lease, limit, job_ids,
                                                             keyless))
         candidates = ready_candidates(node, limit, job_ids, keyed=False if keyless else None)
-        values = dict(state=State.RUNNING.value, node=node, fence=lease.fence,
-                      attempt=jobs.c.attempt + 1, error=None, started_at=store_now(),
-                      finished_at=None, updated_at=store_now())
-        return self.start_where(update(jobs).where(
-            jobs.c.id.in_(candidates), jobs.c.state == State.READY.value,
-            is_current(lease.key, lease.fence)).values(**values), node)
+        return self.start_where(node, [jobs.c.id.in_(candidates),
+                                       is_current(lease.key, lease.fence)],
+                                fence=lease.fence)
 
     def assign(self, lease: LeaseRef, assignments: dict[str, list[int]]) -> int:
         """Leader mode: give READY unassigned jobs to nodes (still READY, now with a
@@ -148,18 +145,20 @@ class RunRepository:
         candidates = _in_claim_order(select(jobs.c.id).where(
             jobs.c.state == State.READY.value, jobs.c.node == node, jobs.c.waiting_on == 0),
             limit)
-        return self.start_where(update(jobs).where(
-            jobs.c.id.in_(candidates), jobs.c.state == State.READY.value, jobs.c.node == node)
-            .values(state=State.RUNNING.value, attempt=jobs.c.attempt + 1, error=None,
-                    started_at=store_now(), finished_at=None, updated_at=store_now()), node)
+        return self.start_where(node, [jobs.c.id.in_(candidates), jobs.c.node == node])
 
     def claim_postgresql(self, params: dict[str, Any]) -> list[JobRecord]:
         with self._tx.statement() as conn:
             return pgclaim.claim(conn, params)
 
-    def start_where(self, statement: Any, node: str) -> list[JobRecord]:
-        """Run ``statement`` (an UPDATE of ``jobs`` to RUNNING on ``node``) as a claim:
-        the claimed jobs with their steps, first steps started, audit rows written."""
+    def start_where(self, node: str, conditions: list[ColumnElement[bool]],
+                    **values: Any) -> list[JobRecord]:
+        """Start the READY jobs that meet ``conditions`` on ``node`` as a claim does
+        (the portable path; ``values``: columns to set besides the start's): the
+        claimed jobs with their steps, first steps started, audit rows written."""
+        statement = update(jobs).where(jobs.c.state == State.READY.value, *conditions).values(
+            state=State.RUNNING.value, node=node, attempt=jobs.c.attempt + 1, error=None,
+            started_at=store_now(), finished_at=None, updated_at=store_now(), **values)
         with self._tx.write() as conn:
             rows = conn.execute(statement.returning(*jobs.c)).all()
             if not rows:

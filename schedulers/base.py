@@ -139,6 +139,7 @@ class Scheduler(ABC):
         with self.handover() as room:
             claimed = self.claim_round(lease, room, lambda limit: self.ctx.store.runs.claim(
                 self.ctx.node_id, lease, limit))
+            self.prefetch.expire()  # also while the runner is full, which is when jobs wait
         if room > 0:
             self.more_ready = claimed >= room
         return claimed
@@ -147,9 +148,9 @@ class Scheduler(ABC):
                     claim: Callable[[int], list[JobRecord]], keyless: bool = False) -> int:
         """Fill up to ``room`` free slots under ``lease``: jobs held ahead first, then
         ``claim(limit)``; when that fills them, hold up to ``scheduler.prefetch`` more
-        (only jobs without a ``lock_key`` when ``keyless``). Held jobs that waited
-        past ``scheduler.prefetch_timeout`` go back. Call within :meth:`handover`;
-        returns the jobs started."""
+        (only jobs without a ``lock_key`` when ``keyless``). Call within
+        :meth:`handover`, and give back what waited too long there
+        (:meth:`Prefetch.expire`); returns the jobs started."""
         self.prefetch.reconcile()
         started = 0
         if room > 0:
@@ -158,7 +159,6 @@ class Scheduler(ABC):
                 started += self.start(claim(room - started))
             if started >= room and self.prefetch.may_fill():
                 self.prefetch.fill(lease, keyless)
-        self.prefetch.expire()
         return started
 
     def start(self, jobs: list[JobRecord], on_done: Callable[[], None] | None = None) -> int:

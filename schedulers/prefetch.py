@@ -65,6 +65,8 @@ class Prefetch:
         """Start up to ``room`` held jobs under ``lease``; the started jobs, for the
         runner. Held jobs this start did not take (paused, discarded, rescued, held
         under an older lease) are given back: this node forgets them."""
+        if not self._held:
+            return []
         fence = lease.fence
         ids = [job_id for job_id, held in self._held.items() if held.fence == fence][:room]
         if not ids:

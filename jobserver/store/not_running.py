@@ -55,8 +55,8 @@ LOCK_HELD = "lock_held"
 NO_FREE_SLOT = "no_free_slot"
 CLAIMABLE = "claimable"
 #: Every reason, in the order they are checked.
-CODES = (NOT_DUE, WAITING_UPSTREAM, CLAIMED_AHEAD, ASSIGNED, NO_LIVE_NODE, NO_SCHEDULER, NOT_SCHEDULING,
-         LOCK_HELD, NO_FREE_SLOT, CLAIMABLE)
+CODES = (NOT_DUE, WAITING_UPSTREAM, CLAIMED_AHEAD, ASSIGNED, NO_LIVE_NODE, NO_SCHEDULER,
+         NOT_SCHEDULING, LOCK_HELD, NO_FREE_SLOT, CLAIMABLE)
 #: The reasons of a job that waits for nothing but room (or for the next claim): not
 #: counted as stuck, however long it waits.
 ONLY_BUSY = frozenset({CLAIMED_AHEAD, NO_FREE_SLOT, CLAIMABLE})

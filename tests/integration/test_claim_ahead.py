@@ -56,12 +56,15 @@ def nodes(tmp_path: Path):
 
 
 def test_held_jobs_go_back_after_the_timeout_never_more_than_the_limit(nodes: Nodes) -> None:
-    long_job, short = queue(nodes, 3)
-    nodes.start(**one_slot(JOBSERVER_SCHEDULER__PREFETCH_TIMEOUT="0.5"))
+    # The hold lasts 3 s, long enough to be seen on a loaded machine, and the long job
+    # 8 s, so that the slot is still busy when the held jobs go back.
+    long_job = nodes.submit([{"name": "s", "type": "sleep", "seconds": 8.0}])
+    short = [nodes.submit(SHORT) for _ in range(3)]
+    nodes.start(**one_slot(JOBSERVER_SCHEDULER__PREFETCH_TIMEOUT="3"))
     seen = wait_for(lambda: h if "n1" in (h := holders(nodes, short)) else None, 5, 0.01,
                     "the node to hold jobs ahead")
     assert seen == ["n1", "n1", None], seen  # the first two, in claim order; the limit is 2
-    back = wait_for(lambda: holders(nodes, short) == [None, None, None], 5, 0.02,
+    back = wait_for(lambda: holders(nodes, short) == [None, None, None], 6, 0.02,
                     "the held jobs to go back")
     assert back and nodes.probe.jobs.get(long_job).state is State.RUNNING, (
         "they went back before their timeout, while the slot was still busy")

@@ -8,6 +8,9 @@
 * The arbiter tells the node when it listens: its ``when_ready`` hook writes to a pipe
   the node hands it (``jobserver.api.gunicorn_conf``). "serving the API" is logged
   then, not before.
+* Its workers are :class:`jobserver.api.worker.BufferingWorker`: gthread's threads,
+  with each request read by the worker's event loop before a thread takes it, so
+  that slow or idle clients hold no thread (``api.read_timeout``).
 * A child that exits is restarted after a pause that doubles each time, but at most
   :data:`API_MAX_RESTARTS` times within :data:`API_RESTART_WINDOW`: a child that keeps
   dying (the port taken by another program, workers that cannot boot) will not come
@@ -89,7 +92,8 @@ def _check_unix(bind: str, path: str) -> None:
 def gunicorn_command(config: Config) -> list[str]:
     # -P: never import from the working directory (a data dir holds a "locks" folder).
     command = [sys.executable, "-P", "-m", "gunicorn", "--bind", config.api.bind,
-               "--workers", str(config.api.workers), "--worker-class", "gthread",
+               "--workers", str(config.api.workers),
+               "--worker-class", "jobserver.api.worker.BufferingWorker",
                "--threads", "4", "--graceful-timeout", "5", "--timeout", "30",
                "--log-level", "warning", "-c", "python:jobserver.api.gunicorn_conf"]
     if config.api.node_bind:

@@ -1,10 +1,10 @@
 """Create the worked example's SQLite source and warehouse (see
-:mod:`jobserver.demo_warehouse`, which ``make run``'s demo uses too):
+:mod:`jobserver.demo.warehouse`, which ``make run``'s demo uses too):
 
     .venv/bin/python examples/batches/setup.py /tmp/orders --days 10
 """
 
-from jobserver.demo_warehouse import main
+from jobserver.demo.warehouse import main
 
 if __name__ == "__main__":
     main()

@@ -20,6 +20,7 @@ from jobserver.states import State
 from jobserver.store.records import StepOutcome
 
 if TYPE_CHECKING:
+    from jobserver.planners.base import OutputFormat
     from jobserver.steps.log import StepLog
 
 
@@ -47,6 +48,10 @@ class StepContext:
     api_url: str | None = None
     #: The store's answer for this run's claim (see :meth:`fence_is_current`).
     fence_check: Callable[[], bool] | None = None
+    #: How a shell step hands over what it outputs (the installed planners'; the
+    #: engine adds it): None when no installed planner takes step outputs, and then a
+    #: shell step gets no output file to write.
+    outputs: OutputFormat | None = None
 
     def fence_is_current(self) -> bool:
         """Whether the job is still RUNNING under this run's claim (its ``fence`` and
@@ -54,7 +59,7 @@ class StepContext:
 
         Call it just before an effect outside the job server and skip the effect when
         it is False: another claim runs (or will run) the job, or it was stopped. It
-        narrows the window in which a stale run acts, and cannot close it; the README's
+        narrows the window in which a stale run acts, and cannot close it; docs/jobs.md's
         "Guarding outside effects" shows how the outside system closes it. Raises
         :class:`~jobserver.exceptions.StoreError` when the store cannot answer (then
         act as if False). ``cancelled`` is this node's own, cheaper view: it is set
@@ -72,7 +77,8 @@ StepFunction = Callable[[dict[str, Any], StepContext], StepOutcome]
 class StepResult:
     """What a python step may return besides a dict of metrics: its metrics and the
     partitions it adds to datasets (each ``{"dataset", "key", "location",
-    "metadata"}``; see :mod:`jobserver.datasets.outputs`)."""
+    "metadata"}``; added by the installed planners'
+    :class:`~jobserver.planners.base.JobOutputs`, the datasets planner's)."""
 
     metrics: dict[str, Any] | None = None
     partitions: list[dict[str, Any]] = field(default_factory=list)

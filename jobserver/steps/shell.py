@@ -1,8 +1,9 @@
 """Shell steps: an argv list run without a shell, in its own process group.
 
 The environment is built from an allow-list (``steps.shell.env_passthrough``) plus
-the step's own ``env`` and the ``JOBSERVER_*`` variables: the run's claim
-(``JOBSERVER_JOB_ID``, ``JOBSERVER_FENCE``, ``JOBSERVER_JOB_ATTEMPT``), which
+the step's own ``env``, the job's top-level scalar params as ``JOBSERVER_PARAM_<NAME>``
+(how a planner's values reach a command as data) and the ``JOBSERVER_*`` variables:
+the run's claim (``JOBSERVER_JOB_ID``, ``JOBSERVER_FENCE``, ``JOBSERVER_JOB_ATTEMPT``), which
 ``jobserver fence-check`` reads, and the node's API (``JOBSERVER_URL``). Cancellation and timeouts
 send SIGTERM to the whole group, then SIGKILL after ``kill_grace`` seconds; when the
 step ends, what it left in its group is killed (it would hold the output pipe open).
@@ -42,14 +43,18 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobserver.datasets.outputs import ENV as PARTITIONS_ENV
-from jobserver.datasets.outputs import OutputError, read_file
+from jobserver.parameters import step_environment
+from jobserver.planners.base import OutputRefused
 from jobserver.states import State
+from jobserver.step_env import env_rule
 from jobserver.steps import forkclient, forkserver, reaper
 from jobserver.steps.log import StepLog
 from jobserver.store.records import StepOutcome
+
+if TYPE_CHECKING:
+    from jobserver.planners.base import OutputFormat
 
 MAX_METRICS_BYTES = 64 * 1024
 
@@ -93,24 +98,44 @@ class OutputCapture(threading.Thread):
             "utf-8", errors="replace").replace("\x00", "\ufffd")
 
 
+class DeniedEnv(ValueError):
+    """A step's ``env`` sets a variable :mod:`jobserver.step_env` refuses."""
+
+
 def build_env(spec: dict[str, Any], ctx: Any, metrics_file: Path,
-              partitions_file: Path | None = None) -> dict[str, str]:
+              outputs_file: Path | None = None) -> dict[str, str]:
+    """The step's environment; :class:`DeniedEnv` if its own ``env`` sets a refused
+    variable. Submits refuse such a step already: this catches a job stored before
+    the rule (or before the operator listed the name), which must not run with it.
+
+    With ``outputs_file``, the inputs' files are written beside it, and the variable
+    of ``ctx.outputs`` (``JOBSERVER_PARTITIONS_OUT``) names it when an installed
+    planner takes step outputs; without one, the step gets no such variable."""
+    own = spec.get("env") or {}
+    refused = env_rule(tuple(getattr(ctx.shell, "denied_env", ()))).refused(own)
+    if refused:
+        raise DeniedEnv("; ".join(refused.values()))
     env = {name: os.environ[name] for name in ctx.shell.env_passthrough if name in os.environ}
-    env.update(spec.get("env") or {})
+    env.update(own)
+    # The job's params are data the step reads, never text pasted into its command
+    # (jobserver.parameters): a planner's values arrive this way.
+    env.update(step_environment(getattr(ctx, "params", None) or {}))
     env.update({
         "JOBSERVER_JOB_ID": str(ctx.job_id), "JOBSERVER_STEP": ctx.step,
         "JOBSERVER_ATTEMPT": str(ctx.attempt), "JOBSERVER_JOB_ATTEMPT": str(ctx.job_attempt),
         "JOBSERVER_FENCE": str(ctx.fence), "JOBSERVER_NODE": ctx.node,
         "JOBSERVER_METRICS_FILE": str(metrics_file),
     })
-    # For `jobserver fence-check` in the step; an operator's or the step's own value
-    # (a load balancer, say) wins.
+    # For `jobserver fence-check` in the step; an operator's value passed through (a
+    # load balancer, say) wins.
     api_url = getattr(ctx, "api_url", None)
     if api_url is not None:
         env.setdefault("JOBSERVER_URL", api_url)
-    if partitions_file is not None:
-        env[PARTITIONS_ENV] = str(partitions_file)
-        env.update(_input_files(ctx, partitions_file.parent))
+    if outputs_file is not None:
+        outputs = getattr(ctx, "outputs", None)
+        if outputs is not None:
+            env[outputs.env] = str(outputs_file)
+        env.update(_input_files(ctx, outputs_file.parent))
     return env
 
 
@@ -244,7 +269,10 @@ def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
     with tempfile.TemporaryDirectory(prefix="jobserver-step-") as scratch:
         metrics_file = Path(scratch) / "metrics.json"
         partitions_file = Path(scratch) / "partitions.jsonl"
-        env = build_env(spec, ctx, metrics_file, partitions_file)
+        try:
+            env = build_env(spec, ctx, metrics_file, partitions_file)
+        except DeniedEnv as exc:
+            return StepOutcome(State.ERROR, error=f"not started: {exc}", retryable=False)
         try:
             step = _start(spec["argv"], env, Path(scratch) / "usage.json")
         except OSError as exc:
@@ -258,7 +286,8 @@ def run_shell(spec: dict[str, Any], ctx: Any) -> StepOutcome:
             log.close()  # before the attempt's end is recorded: readers then have it all
         status, cpu, peak = step.usage(status)
         metrics, metrics_note = _read_metrics(metrics_file)
-        partitions, partitions_error = _read_partitions(partitions_file, status, reason)
+        partitions, partitions_error = _read_outputs(getattr(ctx, "outputs", None),
+                                                     partitions_file, status, reason)
     output = capture.text() + (f"\n[{metrics_note}]" if metrics_note else "")
     audit = {"exit_code": status, "output": output, "metrics": metrics,
              "wall_seconds": time.monotonic() - ctx.started_monotonic,
@@ -294,14 +323,15 @@ def _step_usage(path: Path, status: int, usage: Any) -> tuple[int, float, int | 
         return status, usage.ru_utime + usage.ru_stime, None
 
 
-def _read_partitions(path: Path, status: int, reason: str | None,
-                     ) -> tuple[list[Any] | None, str | None]:
-    """The partitions a successful step wrote, or why they cannot be read."""
-    if status != 0 or reason is not None:
+def _read_outputs(outputs: OutputFormat | None, path: Path, status: int,
+                  reason: str | None) -> tuple[list[Any] | None, str | None]:
+    """What a successful step wrote to its outputs file (its partitions), or why it
+    cannot be read; nothing when no installed planner takes step outputs."""
+    if outputs is None or status != 0 or reason is not None:
         return None, None
     try:
-        return read_file(path) or None, None
-    except OutputError as exc:
+        return outputs.read(path) or None, None
+    except OutputRefused as exc:
         return None, exc.message
 
 

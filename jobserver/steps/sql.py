@@ -5,7 +5,8 @@ the step's own (the step's win); they are never formatted into the text, so a va
 is data whatever it holds. A statement naming a parameter nobody supplies fails the
 step before anything runs. (A colon that is not a parameter, inside a string literal
 for instance, is written ``\\:``; a cast of a parameter is ``CAST(:d AS date)``, as
-SQLAlchemy does not read ``:d::date`` as a parameter.)
+SQLAlchemy does not read ``:d::date`` as a parameter: such a statement is refused
+when the job is submitted, naming ``steps[i].statements[j]``.)
 
 The transaction commits after the last statement, or rolls back on any failure,
 pause, discard or timeout. A running statement is interrupted through the driver
@@ -14,7 +15,9 @@ pause or discard, and at the step's ``timeout``; on PostgreSQL ``statement_timeo
 bounds each statement on the server too, so a statement of a node that died ends.
 
 The rows the data-changing statements (INSERT, UPDATE, DELETE, MERGE) report are
-summed into the step's ``records_out`` metric; the output has a line per statement.
+summed into the step's ``records_out`` metric; the output (the attempt's log, which
+``jobserver logs`` prints) has a line per statement and, when the step fails, the
+error it ends with.
 """
 
 from __future__ import annotations
@@ -57,16 +60,25 @@ def parameter_names(statement: str) -> list[str]:
     return list(text(statement).compile().params)
 
 
+def cast_problem(statement: str) -> tuple[str, str] | None:
+    """``(parameter, why)`` when ``statement`` casts a parameter as ``:name::type``,
+    which is not read as a parameter; None otherwise. Submitting refuses it
+    (:func:`jobserver.spec.validate_job`), and so does running a step stored before."""
+    cast = _PARAMETER_CAST.search(statement)
+    if cast is None:
+        return None
+    return cast.group(1), (f"{cast.group()} is not read as a parameter; write "
+                           f"CAST({cast.group()[:-2]} AS type)")
+
+
 def bind_parameters(statements: list[str], params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Each statement's parameter values, taken by name from ``params``;
     :class:`MissingParameter` names the first statement and parameter nobody supplies."""
     bound = []
     for index, statement in enumerate(statements):
-        cast = _PARAMETER_CAST.search(statement)
+        cast = cast_problem(statement)
         if cast:
-            raise MissingParameter(
-                f"statements[{index}]: {cast.group()} is not read as a parameter; write "
-                f"CAST({cast.group()[:-2]} AS type)", {"parameter": cast.group(1)})
+            raise MissingParameter(f"statements[{index}]: {cast[1]}", {"parameter": cast[0]})
         names = parameter_names(statement)
         missing = [name for name in names if name not in params]
         if missing:
@@ -151,8 +163,8 @@ class SqlSteps:
             bound = bind_parameters(spec["statements"],
                                     {**ctx.params, **(spec.get("params") or {})})
         except (UnknownConnection, MissingParameter) as exc:
-            return StepOutcome(State.ERROR, error=exc.message, retryable=False,
-                               wall_seconds=time.monotonic() - started)
+            return StepOutcome(State.ERROR, output=f"error: {exc.message}", error=exc.message,
+                               retryable=False, wall_seconds=time.monotonic() - started)
         if ctx.cancelled.is_set():
             return StepOutcome(State.STOPPED, error="cancelled before the first statement")
         run = _Run(spec, bound)
@@ -227,17 +239,22 @@ class _Run:
                                metrics={"records_out": self.records,
                                         "statements": len(self.statements)})
         where = f"statements[{self.current}]" if self.current >= 0 else "the connection"
-        self.lines.append(f"rolled back at {where}")
-        output = "\n".join(self.lines)
+        outcome = self._failed(where)
+        # The output is the attempt's log (jobserver logs): it ends with the error.
+        self.lines += [f"rolled back at {where}", f"error: {outcome.error}"]
+        outcome.output = "\n".join(self.lines)
+        return outcome
+
+    def _failed(self, where: str) -> StepOutcome:
+        """How the attempt ended, ``where`` it failed, without its output yet."""
         if self.reason is Interruption.CANCELLED:
-            return StepOutcome(State.STOPPED, output=output,
+            return StepOutcome(State.STOPPED,
                                error=f"cancelled at {where}; transaction rolled back")
         if self.reason is Interruption.TIMEOUT or _server_timeout(self.failure):
-            return StepOutcome(State.ERROR, output=output,
-                               error=f"timed out after {self.timeout:g} s at {where}; "
-                                     "transaction rolled back")
-        return StepOutcome(State.ERROR, output=output, error=f"{where}: "
-                           f"{_describe(self.failure)}"[:4000],
+            return StepOutcome(State.ERROR, error=f"timed out after {self.timeout:g} s at "
+                                                  f"{where}; transaction rolled back")
+        assert self.failure is not None
+        return StepOutcome(State.ERROR, error=f"{where}: {_describe(self.failure)}"[:4000],
                            retryable=_retryable(self.failure))
 
 
@@ -277,4 +294,4 @@ def _retryable(exc: BaseException) -> bool:
         or "busy" in str(exc.orig)
 
 
-__all__ = ["SqlSteps", "bind_parameters", "is_dml", "parameter_names"]
+__all__ = ["SqlSteps", "bind_parameters", "cast_problem", "is_dml", "parameter_names"]

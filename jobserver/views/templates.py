@@ -1,84 +1,60 @@
 """A view's job template and location made concrete for one view partition.
 
-``${name}`` in any string of the job template (step argv, env values, python args,
-params, the job's name) and of the location is replaced by the partition's value of
-the view's parameter ``name`` (``null()`` becomes the empty string); ``$${name}`` is
-written for a literal ``${name}``; any other ``$`` is left alone, so shell text such as
-``$HOME`` passes through. A placeholder naming no parameter is refused when the view
-is saved (:func:`placeholder_problems`), so rendering never meets one.
+A partition's parameter values are data (:mod:`jobserver.parameters`): the rendered
+job's params carry each of them by name (bound as ``:shop`` in sql, ``ctx.params`` in
+python, ``$JOBSERVER_PARAM_SHOP`` in shell steps), and a ``${name}`` placeholder may
+stand only where a value is data (the job's name, params, env values, python args, an
+argv element no interpreter reads as code), which is checked when the view is saved
+(:func:`placeholder_problems`), so rendering never meets a placeholder elsewhere.
+``null()`` becomes the empty string; ``$${name}`` is written for a literal
+``${name}``; any other ``$`` is left alone, so shell text such as ``$HOME`` passes.
 
 The rendered job is named ``view <address>`` and its params carry the partition:
-``{"view": name, "partition": key, "parameters": {name: value}, "version_checksum":
-…}`` on top of the template's own params, so that the tracker records the version the
-job actually ran, whatever the definition says by the time it ends.
+``{<name>: value, ..., "view": name, "partition": key, "parameters": {name: value},
+"version_checksum": …}`` on top of the template's own params, so that the tracker
+records the version the job actually ran, whatever the definition says by the time it
+ends.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from jobserver import parameters
 from jobserver.exceptions import InvalidRequest
-from jobserver.spec import JobSpec, Policy, field_path, validate_job
+from jobserver.parameters import fill, placeholders, substitute
+from jobserver.resources import check_template
+from jobserver.spec import JobSpec, Policy, field_path
 from jobserver.views.model import ViewAddress
 
 if TYPE_CHECKING:
     from jobserver.views.spec import ViewSpec
 
-_PLACEHOLDER = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MAX_JOB_NAME = 200
-
-
-def placeholders(text: str) -> list[str]:
-    """The parameter names ``text`` refers to, escaped ones (``$${x}``) left out."""
-    return [match.group(2) for match in _PLACEHOLDER.finditer(text) if not match.group(1)]
-
-
-def substitute(text: str, values: Mapping[str, str]) -> str:
-    """``text`` with every ``${name}`` replaced by ``values[name]``."""
-    if "$" not in text:
-        return text
-    return _PLACEHOLDER.sub(
-        lambda m: "${" + m.group(2) + "}" if m.group(1) else values[m.group(2)], text)
-
-
-def fill(value: Any, values: Mapping[str, str]) -> Any:
-    """Every string inside ``value`` (lists and dict values, not dict keys) substituted."""
-    if isinstance(value, str):
-        return substitute(value, values)
-    if isinstance(value, list):
-        return [fill(item, values) for item in value]
-    if isinstance(value, dict):
-        return {key: fill(item, values) for key, item in value.items()}
-    return value
-
-
-def strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    """Every string inside ``value`` with its field path (``steps[0].argv[1]``)."""
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from strings(item, f"{path}[{index}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from strings(item, f"{path}.{key}" if path else str(key))
+#: Params every rendered job carries; no view parameter may take one of these names.
+RESERVED_PARAMS = ("view", "partition", "parameters", "version_checksum")
 
 
 def placeholder_problems(spec: ViewSpec) -> list[dict[str, str]]:
-    """A problem per ``${name}`` in the template or location naming no parameter."""
+    """A problem per ``${name}`` in the location naming no parameter, and per
+    placeholder of the job template that names none or stands where a value would not
+    be data (:func:`jobserver.parameters.placeholder_problems`)."""
     known = {parameter.name for parameter in spec.parameters}
-    found: list[tuple[str, str]] = []
+    problems = []
     if spec.location is not None:
-        found.append(("location", spec.location))
+        problems += [{"field": "location", "message": f"${{{name}}} names no parameter of "
+                      f"the view; expected one of: {', '.join(sorted(known)) or 'none'}"}
+                     for name in placeholders(spec.location) if name not in known]
     if spec.job is not None:
-        found.extend(strings(spec.job.model_dump(mode="json"), "transformation.job"))
-    return [{"field": path, "message": f"${{{name}}} names no parameter of the view; "
-                                       f"expected one of: {', '.join(sorted(known)) or 'none'}"}
-            for path, text in found for name in placeholders(text) if name not in known]
+        problems += parameters.placeholder_problems(
+            spec.job.model_dump(mode="json", exclude_none=True), known, "transformation.job")
+    problems += [{"field": f"parameters[{index}].name", "message": f"{parameter.name!r} is "
+                  f"reserved: every view job's params carry it"}
+                 for index, parameter in enumerate(spec.parameters)
+                 if parameter.name in RESERVED_PARAMS]
+    return problems
 
 
 def parameter_values(spec: ViewSpec, address: ViewAddress) -> dict[str, str]:
@@ -116,8 +92,8 @@ def render_job(spec: ViewSpec, address: ViewAddress, *,
     values = parameter_values(spec, address)
     body = fill(spec.job.model_dump(), values)
     body["name"] = job_name(address)
-    body["params"] = {**body.get("params", {}), "view": spec.name, "partition": address.key,
-                      "parameters": values,
+    body["params"] = {**body.get("params", {}), **values, "view": spec.name,
+                      "partition": address.key, "parameters": values,
                       "version_checksum": version_checksum or current_checksum(spec)}
     try:
         return JobSpec.model_validate(body)
@@ -133,11 +109,5 @@ def validate_template(spec: ViewSpec, policy: Policy) -> None:
     callables, allowed executables, step names and DAG), as a submitted job is
     checked: a template the engine would refuse is refused when the view is saved,
     not at the first materialize. Field paths start ``transformation.job.``."""
-    if spec.job is None:
-        return
-    try:
-        validate_job(spec.job, policy)
-    except InvalidRequest as exc:
-        details = [{"field": f"transformation.job.{d['field']}", "message": d["message"]}
-                   for d in exc.details or []]
-        raise InvalidRequest(f"transformation.job.{exc.message}", details) from None
+    if spec.job is not None:
+        check_template(spec.job, policy, "transformation.job")

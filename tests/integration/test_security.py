@@ -47,6 +47,7 @@ ROUTE_SCOPES = {("get", "/api/v1/jobs"): "read", ("post", "/api/v1/jobs"): "subm
                 ("get", "/api/v1/jobs/1/fence/7"): "fence",
                 ("get", "/api/v1/jobs/1/steps/s1/log"): "read",
                 ("get", "/api/v1/cluster"): "read", ("get", "/api/v1/openapi.json"): "read",
+                ("get", "/api/v1/changes"): "read",
                 ("get", "/metrics"): "read",
                 **{("post", f"/api/v1/jobs/1/{action}"): "operate" for action in ACTIONS},
                 # A schedule submits jobs later: creating or changing one needs submit
@@ -537,9 +538,10 @@ def test_zookeeper_without_credentials_keeps_open_acls(zookeeper: str) -> None:
 
 # -- the PostgreSQL role needs rights on its own schema only --------------------------------
 def test_postgres_role_needs_only_its_own_schema(pg_url: str, tmp_path: Path) -> None:
-    """The README's grants, applied to a fresh role and database: migrations, submits,
-    claims, tokens, advisory locks and LISTEN/NOTIFY all work without superuser, without
-    CREATEDB and without any right on the ``public`` schema."""
+    """The grants of docs/security.md ("The PostgreSQL role"), applied to a fresh role
+    and database: migrations, submits, claims, tokens, advisory locks and LISTEN/NOTIFY
+    all work without superuser, without CREATEDB and without any right on the
+    ``public`` schema."""
     import select as select_module
 
     import psycopg2

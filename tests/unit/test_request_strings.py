@@ -33,7 +33,8 @@ IMPORTLIB_ALLOWED = {
     "locks/__init__.py",          # lock backend module by ``lock.backend`` (a fixed table)
     "jobserver/steps/python.py",  # ``importlib.metadata`` entry points installed by the operator
     "jobserver/listeners.py",     # listener classes named in ``scheduler.listeners``
-    "jobserver/ui/__init__.py",   # the dashboard's page modules (``PAGES``, a fixed tuple)
+    "jobserver/ui/__init__.py",   # the dashboard's page modules: ``PAGES`` and the planners'
+    "jobserver/planners/__init__.py",  # ``BUILT_IN`` (a fixed tuple) and the operator's entry points
 }
 FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle",
                      "jsonpickle"}

@@ -5,23 +5,43 @@ batch jobs; :class:`PlannerLoop`) run on exactly one node at a time, and fence e
 node: in ``single`` mode the global lock the active scheduler holds, in ``leader``
 mode the leadership, in ``distributed`` mode (where every node schedules) a lock of
 their own, :data:`PLANNER_LOCK`, which the seat takes and holds itself.
+
+A draining node plans nothing: once its ``stopping`` event is set (the start of a
+drain, :meth:`jobserver.node.Node.stop_claiming`) the seat hands out no lease, lets go
+of the planner lock it holds, and takes it no more, so that a node serving on takes
+over at once, and a node told to stop while it waited for the lock (every node of a
+cluster stopped at once) never records a lease of it. A wait for the lock is cut into
+slices of :data:`TAKE_SLICE` that look at the drain in between.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from jobserver.config import SchedulerMode
 from jobserver.exceptions import TRANSIENT, FencedOff
 from jobserver.loops import Loop
 from locks.base import Lease, LockBackend
+from schedulers import ACTIVE_LOCK
 from schedulers.base import Scheduler
 
 log = logging.getLogger(__name__)
 
 #: The lock whose holder plans in ``distributed`` mode.
 PLANNER_LOCK = "planner"
+#: The longest one wait for the planner lock lasts before the seat looks whether
+#: the node drains (seconds).
+TAKE_SLICE = 0.25
+
+
+def seat_key(mode: SchedulerMode) -> str:
+    """The lock whose holder has the planner seat in ``mode``: the one the seat's
+    lease is of (the global lock, the election, or :data:`PLANNER_LOCK`). Its newest
+    holder is recorded in the store when the lease's fence is drawn, which the
+    cluster view reads (``jobserver.presence.seat_holder``)."""
+    return ACTIVE_LOCK.get(mode, PLANNER_LOCK)
 
 
 class PlannerSeat:
@@ -36,29 +56,45 @@ class PlannerSeat:
 
     def lease(self, wait: float) -> Lease | None:
         """The lease to plan under now, or None after waiting up to ``wait`` seconds
-        for one. Its fence is drawn (recorded as the newest of its key) already."""
+        for one; always None once the node drains. Its fence is drawn (recorded as
+        the newest of its key) already."""
         if self._scheduler.mode is not SchedulerMode.DISTRIBUTED:
             lease = self._scheduler.planner_lease()
-            if lease is None or not lease.is_valid():
+            if lease is None or not lease.is_valid() or self._stopping.is_set():
                 self._stopping.wait(wait)
                 return None
             return lease
         with self._taking:
+            if self._stopping.is_set():
+                self._release()
+                return None
             return self._take(wait)
 
     def _take(self, wait: float) -> Lease | None:
         if self._own is not None and self._own.is_valid():
             return self._own
         self._release()
-        lease = self._locks.acquire(PLANNER_LOCK, blocking=True, timeout=wait)
+        lease = self._acquire(wait)
         if lease is None:
             return None
-        if not self._scheduler.record_lease(lease):
-            lease.release()
+        if self._stopping.is_set() or not self._scheduler.record_lease(lease):
+            lease.release()  # a drain began during the last slice: no fence drawn
             return None
         log.info("this node plans (lock %s, fence %s)", PLANNER_LOCK, lease.fence)
         self._own = lease
         return lease
+
+    def _acquire(self, wait: float) -> Lease | None:
+        """The planner lock, waited for up to ``wait`` seconds in slices of at most
+        :data:`TAKE_SLICE`; None once the node drains."""
+        deadline = time.monotonic() + wait
+        while not self._stopping.is_set():
+            rest = deadline - time.monotonic()
+            lease = self._locks.acquire(PLANNER_LOCK, blocking=True,
+                                        timeout=max(0.0, min(rest, TAKE_SLICE)))
+            if lease is not None or rest <= TAKE_SLICE:
+                return lease
+        return None
 
     def held(self) -> bool:
         """Whether this node plans now, without taking anything: for a read-only

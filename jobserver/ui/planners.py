@@ -1,48 +1,48 @@
-"""What the planners' pages (schedules, datasets, views, batches) share: the colour
-family of their own states, and where a form's "back" may lead.
+"""What the planners' pages share: the colour family of their own states, and where
+a form's "back" may lead.
 
-The families are the dashboard's (:data:`jobserver.ui.pages.STATE_TONES`); the
-planners' states that the engine does not have are placed in them here, so that a
-view partition *transforming* looks like a job *running* and one *receive* like a job
-*waiting*.
+The families are the dashboard's (:data:`jobserver.ui.pages.STATE_TONES`). A planner's
+page module places the states the engine does not have in them with
+:func:`add_tones` when it is imported (so that a view partition *transforming* looks
+like a job *running* and one *receive* like a job *waiting*); the dashboard itself
+knows no planner's states.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 from flask import request, url_for
 
 from jobserver.ui.blueprint import blueprint
 from jobserver.ui.pages import STATE_TONES, safe_next
-from jobserver.views.model import ViewState
 
-PLANNER_TONES: dict[str, str] = {
-    # schedule-jobs and evaluations
-    "PENDING_TRIGGER": "waiting", "PENDING_CONSTRAINTS": "waiting",
-    "PENDING_LAUNCH": "running", "FIRED": "running", "SKIPPED": "stopped",
-    # consumers' working sets
-    "NEW": "waiting", "IN_PROGRESS": "running",
-    # planned actions
-    "TRANSFORM": "running", "JOIN": "running", "SET": "ok", "SKIP": "gone",
-    "NO-DATA": "gone",
-}
-#: A view partition's states: *waiting* is its job waiting for its dependencies' jobs,
-#: so it reads as in flight, unlike a schedule's evaluation that waits.
-VIEW_TONES: dict[ViewState, str] = {
-    ViewState.RECEIVE: "waiting", ViewState.WAITING: "running",
-    ViewState.TRANSFORMING: "running", ViewState.RETRYING: "running",
-    ViewState.MATERIALIZED: "ok", ViewState.FAILED: "failed", ViewState.NO_DATA: "gone",
-}
+#: The colour family of a planner's state, by its upper-case name.
+_BY_NAME: dict[str, str] = {}
+#: The colour family of the members of an enum whose colours its names do not say
+#: (a view's *waiting* is in flight, an evaluation's is not), by (type, member).
+_BY_MEMBER: dict[tuple[type, Enum], str] = {}
+
+
+def add_tones(names: Mapping[str, str] | None = None,
+              members: Mapping[Enum, str] | None = None) -> None:
+    """Give planner states their colour family: ``names`` by upper-case name (any
+    state or action of that name), ``members`` for these enum members only, ahead of
+    any name. A later call for the same name or member wins."""
+    _BY_NAME.update({name.upper(): tone for name, tone in (names or {}).items()})
+    _BY_MEMBER.update({(type(member), member): tone
+                       for member, tone in (members or {}).items()})
 
 
 @blueprint.app_template_global("planner_tone")
 def planner_tone(state: object) -> str:
     """The colour family of a planner's state, a job state or an action."""
-    if isinstance(state, ViewState):
-        return VIEW_TONES[state]
+    if isinstance(state, Enum) and (type(state), state) in _BY_MEMBER:
+        return _BY_MEMBER[(type(state), state)]
     name = str(getattr(state, "value", state)).upper()
-    return PLANNER_TONES.get(name) or STATE_TONES.get(name, "other")
+    return _BY_NAME.get(name) or STATE_TONES.get(name, "other")
 
 
 def column_groups(columns: list[str]) -> list[tuple[str, list[tuple[str, str]]]]:

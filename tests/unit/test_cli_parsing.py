@@ -10,7 +10,7 @@ import re
 import pytest
 
 from jobserver.cli import _parser
-from jobserver.cli_parsing import commands
+from jobserver.cli.parsing import commands
 
 #: reStructuredText that docstrings use and a terminal should not show.
 RST = re.compile(r"``|`[^`\s]+`_?|:(?:class|mod|func|meth|data|attr|ref|exc|py):|^\.\. ",
@@ -112,7 +112,7 @@ def _required(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def test_a_command_added_later_takes_the_global_options_too() -> None:
-    from jobserver.cli_parsing import Parser, client_options, global_options
+    from jobserver.cli.parsing import Parser, client_options, global_options
 
     parser = Parser(prog="jobserver")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import io
+import re
 import unicodedata
+from datetime import datetime, timezone
 
 import pytest
 
 from jobserver.cli import _parser
-from jobserver.cli_views import age, clip, cluster_view, jobs_view, table, watch
+from jobserver.cli.views import ago, age, clip, cluster_view, jobs_view, table, watch
 from jobserver.client import ApiError
 from jobserver.exceptions import JobServerError
 
@@ -84,11 +86,32 @@ def test_watch_stops_on_an_api_refusal() -> None:
 
 
 def test_jobs_view() -> None:
+    now = datetime(2026, 11, 29, 10, 3, 30, tzinfo=timezone.utc)
     page = {"jobs": [{"id": 3, "name": "etl", "state": "RUNNING",
                       "progress": {"done": 1, "total": 4}, "attempt": 2, "node": "node-1",
-                      "created_at": "2026-11-29T10:00:00Z"}]}
-    assert jobs_view(page).splitlines()[1].split() == [
-        "3", "etl", "RUNNING", "1/4", "2", "node-1", "2026-11-29T10:00:00Z"]
+                      "created_at": "2026-11-29T10:00:00Z",
+                      "started_at": "2026-11-29T10:01:00Z", "finished_at": None},
+                     {"id": 2, "name": "old", "state": "SUCCEED",
+                      "progress": {"done": 1, "total": 1}, "attempt": 1, "node": "node-2",
+                      "created_at": "2026-11-26T09:00:00Z",
+                      "started_at": "2026-11-26T09:00:00Z",
+                      "finished_at": "2026-11-26T09:00:12.5Z"},
+                     {"id": 1, "name": "wait", "state": "READY",
+                      "progress": {"done": 0, "total": 1}, "attempt": 0, "node": None,
+                      "created_at": "2026-11-29T10:03:18Z", "started_at": None,
+                      "finished_at": None}]}
+    rows = [re.split(r"\s{2,}", line) for line in jobs_view(page, now).splitlines()]
+    assert rows[1] == ["3", "etl", "RUNNING", "1/4", "2", "node-1", "2m30s", "3 min ago"]
+    assert rows[2][-2:] == ["12.5s", "3 days ago"]
+    assert rows[3][-2:] == ["-", "12 s ago"]
+
+
+def test_relative_times() -> None:
+    now = datetime(2026, 11, 29, 10, 0, 0, tzinfo=timezone.utc)
+    assert [ago(text, now) for text in (None, "2026-11-29T10:00:00Z",
+                                        "2026-11-29T09:59:15Z", "2026-11-29T07:00:00Z",
+                                        "2026-11-29T10:05:00Z")] == [
+        "-", "just now", "45 s ago", "3 h ago", "in 5 min"]
 
 
 def test_parsing() -> None:
@@ -134,3 +157,14 @@ def test_the_jobs_table_lines_up_whatever_the_names() -> None:
 def test_clipping_counts_columns() -> None:
     assert clip("長い名前", 5) == "長い…" and columns(clip("長い名前", 5)) == 5
     assert clip("abc", 3) == "abc" and clip("abcd", 3) == "ab…"
+
+
+def test_cluster_view_names_the_planner() -> None:
+    view = {"mode": "distributed", "lock_backend": "postgres", "active": None,
+            "nodes": [], "jobs": {}}
+    held = cluster_view({**view, "planner": {"node": "node-3",
+                                             "since": "2026-11-29T10:00:01.318000Z"}})
+    assert held.splitlines()[0].endswith(
+        "nodes alive: 0/0   planner: node-3 (since 2026-11-29T10:00:01Z)"), held
+    assert cluster_view({**view, "planner": None}).splitlines()[0].endswith(
+        "planner: -")

@@ -1,7 +1,10 @@
-"""The planners' pages' small pure parts: grid headings and state colours."""
+"""The planners' pages' small pure parts: grid headings and state colours (which a
+planner's page module places when imported, as the dashboard imports it)."""
 
 from __future__ import annotations
 
+import jobserver.schedules.pages  # noqa: F401 - places its states' colours
+import jobserver.views.pages  # noqa: F401 - places its states' colours
 from jobserver.batches.records import Status
 from jobserver.ui.planners import column_groups, planner_tone
 from jobserver.views.model import Action, ViewState

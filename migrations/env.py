@@ -5,9 +5,11 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
+from jobserver.planners import define_tables
 from jobserver.store.models import Base
 
 config = context.config
+define_tables()  # the planners' tables are in the metadata only once declared
 target_metadata = Base.metadata
 
 

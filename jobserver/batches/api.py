@@ -5,8 +5,10 @@ status NOTHING when there is nothing to run, saying why); ``GET /runs/<id>`` is 
 far it got (the tracker moves it on). ``GET ""`` is the control table, ``GET /audit``
 the runtime audit. Configs: ``PUT|GET|DELETE /configs/<name>`` (what ``jobserver
 apply`` sends for ``kind: BatchConfig``) and ``GET /configs``. Scopes: reads
-``read``; runs and config puts ``submit`` (a config with shell steps also ``shell``);
-deleting a config ``operate``.
+``read``; runs and config puts ``submit`` (a config with shell steps also ``shell``,
+with sql steps or a watermark that runs SQL also ``sql``); deleting a config
+``operate``. A run reads its watermark under the rules of
+:mod:`jobserver.batches.watermarks` (read-only, bounded, nothing read echoed).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jobserver.api import api
 from jobserver.api.auth import check_step_types
+from jobserver.api.caller import requester
 from jobserver.api.requests import MAX_ID
 from jobserver.api.requests import json_object as _body
 from jobserver.api.requests import parse_query as _query
@@ -28,9 +31,10 @@ from jobserver.batches.planner import RunRequest, plan_run
 from jobserver.batches.records import RunStatus, Status
 from jobserver.batches.serialize import (audit_json, batch_json, config_json, run_json)
 from jobserver.batches.spec import BatchConfig, parse_batch_config
+from jobserver.batches.watermarks import Sources, check_sources
 from jobserver.batches.store import MAX_PAGE, BatchFilter
 from jobserver.exceptions import Forbidden, InvalidRequest
-from jobserver.schedules.catalog import CREATED
+from jobserver.resources import CREATED
 from jobserver.schedules.spec import IDENT
 from jobserver.spec import JobSpec, parse_model, validate_job
 
@@ -86,24 +90,20 @@ def batch_audit() -> ResponseReturnValue:
 def run_batches() -> ResponseReturnValue:
     request = parse_model(RunRequest, _body())
     ctx = api()
-    run = plan_run(ctx.store, request, ctx.policy, _connections())
+    run = plan_run(ctx.store, request, ctx.policy, _sources(), requester())
     status = 200 if run.status is RunStatus.NOTHING else 201
     return run_json(run), status, {"Location": f"/api/v1/batches/runs/{run.id}"}
 
 
-def _connections() -> Any:
-    """This app's named connections for SQL watermarks, made once, on first use (their
-    engines are made lazily too); None where the server has no SQL connections."""
+def _sources() -> Sources:
+    """Where this app reads watermarks: its named connections, made once, on first use
+    (their engines are made lazily too), and ``batches.watermark_dir``."""
     app = current_app
     if "jobserver.connections" not in app.extensions:
-        try:
-            from jobserver.connections import Connections
-        except ImportError:
-            app.extensions["jobserver.connections"] = None
-        else:
-            configs = getattr(api().config, "connections", None) or {}
-            app.extensions["jobserver.connections"] = Connections(configs)
-    return app.extensions["jobserver.connections"]
+        from jobserver.connections import Connections
+        configs = getattr(api().config, "connections", None) or {}
+        app.extensions["jobserver.connections"] = Connections(configs)
+    return Sources(app.extensions["jobserver.connections"], api().config.watermark_root)
 
 
 @blueprint.get(f"/runs/<int(max={MAX_ID}):run_id>")
@@ -131,6 +131,7 @@ def put_batch_config(name: str) -> ResponseReturnValue:
                              [{"field": "name", "message": f"must be {name!r} or left out"}])
     config = parse_batch_config(body)
     _check_jobs(config)
+    check_sources(config, requester(), api().config.watermark_root)
     result = api().store.batch_configs.put(config, dry_run)
     reply = {"config": None if result.config is None else config_json(result.config),
              "change": result.change, "changed": result.changed, "dry_run": dry_run}

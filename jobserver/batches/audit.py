@@ -1,12 +1,18 @@
-"""The runtime audit (Guzzle's queryable audit), read from the engine's own audit.
+"""The runtime audit (Guzzle's queryable audit): a row per work-unit instance, kept.
 
-One row per work unit: a batch, each of its stages, and each job (step) of a stage's
-newest engine job. Nothing is copied: stage rows come from the control table, job rows
-from the engine's ``steps`` (start, end, error, cpu seconds, the metrics the step
-reported), joined through the stage's ``job_id``. An ``instance_id`` is its parent's
-plus a suffix, as the seed's "2018030101010101-dedup": batch ``17``, stage ``17-FND``,
-job ``17-FND-load_orders``. A stage's earlier runs (reruns) are the engine's jobs under
-the launch keys ``batch/…/<stage>/<run#>``.
+One row per batch, per launch of each of its stages, and per job (step) of each
+launch's engine job. The seed's audit has an entry per instance, opened when it
+starts and closed when it ends; a rerun of a FAILED stage is a new instance, and the
+failed one stays, with its status, times, message and its jobs' metrics. Stage
+launches are ``batch_stage_launches`` rows (:mod:`jobserver.batches.launches`); a
+launch's jobs are the copy taken when it ended, or, while it runs (and for launches
+from before migration 0018), its engine job's ``steps`` read live. A stage never
+launched has no row yet (the control table shows it NOT_STARTED).
+
+An ``instance_id`` is its parent's plus a suffix, as the seed's "2018030101010101-
+dedup": batch ``17``, the second launch of its stage FND ``17-FND-2`` (the launch key's
+``batch/…/FND/2``), a job of it ``17-FND-2-load_orders``; ``job_id`` is the engine job
+that ran it (a resumed launch runs the same job again).
 """
 
 from __future__ import annotations
@@ -15,19 +21,17 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import select
-
-from jobserver.batches.records import BatchRecord, StageRecord
+from jobserver.batches.launches import job_units, launches_of, read_steps
+from jobserver.batches.records import BatchRecord, LaunchRecord
 from jobserver.batches.store import BatchFilter, BatchStore
 from jobserver.store import Transactions
-from jobserver.store.records import StepRecord
-from jobserver.store.tables import steps
 
 WORK_UNITS = ("batch", "stage", "job")
-#: A step's engine state in the audit's words.
-STEP_STATUS = {"READY": "NOT_STARTED", "RUNNING": "RUNNING", "SUCCEED": "SUCCESS",
-               "ERROR": "FAILED", "STOPPED": "STOPPED", "DISCARDED": "DISCARDED"}
 AUDIT_STATUSES = ("NOT_STARTED", "RUNNING", "SUCCESS", "FAILED", "STOPPED", "DISCARDED")
+#: Job metrics a stage launch's row totals over its jobs.
+TOTALS = ("cpu_milliseconds", "records_out")
+
+Launches = dict[tuple[int, str], list[LaunchRecord]]
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class AuditRow:
     message: str | None
     metrics: dict[str, Any]
     job_id: int | None
+    launch: int | None = None  # a stage's launch number (its rows' and its jobs')
 
 
 class BatchAudit:
@@ -67,7 +72,8 @@ class BatchAudit:
 
     def rows(self, where: AuditFilter) -> list[AuditRow]:
         """The work units of the batches ``where`` selects, newest business date first,
-        each batch followed by its stages, each stage by its jobs."""
+        each batch followed by its stages' launches (stage order, then launch order),
+        each launch by its jobs."""
         found = self._batches.list(BatchFilter(system=where.system, location=where.location,
                                                since=where.since, until=where.until,
                                                limit=where.limit))
@@ -75,33 +81,35 @@ class BatchAudit:
 
     def of_batch(self, batch: BatchRecord) -> list[AuditRow]:
         """The work units of one batch (as :meth:`BatchStore.get` reads it): it, its
-        stages, their jobs."""
+        stages' launches, their jobs."""
         return self._units([batch], AuditFilter())
 
     def _units(self, found: list[BatchRecord], where: AuditFilter) -> list[AuditRow]:
-        job_steps = self._steps([s.job_id for b in found for s in b.stages if s.job_id])
+        launches, live = self._launches([batch.id for batch in found])
         rows: list[AuditRow] = []
         for batch in found:
-            rows.append(_batch_row(batch))
+            rows.append(_batch_row(batch, launches))
             for stage in batch.stages:
                 if where.stage is not None and stage.stage != where.stage:
                     continue
-                rows.append(_stage_row(batch, stage))
-                rows += [_job_row(batch, stage, step)
-                         for step in job_steps.get(stage.job_id or 0, [])]
+                for launch in launches.get((batch.id, stage.stage), []):
+                    units = launch.jobs if launch.jobs is not None else \
+                        live.get(launch.job_id or 0, [])
+                    rows.append(_launch_row(batch, launch, units))
+                    rows += [_job_row(batch, launch, unit) for unit in units]
         return [row for row in rows
                 if (where.work_unit is None or row.work_unit == where.work_unit)
                 and (where.status is None or row.status == where.status)]
 
-    def _steps(self, job_ids: list[int]) -> dict[int, list[StepRecord]]:
-        found: dict[int, list[StepRecord]] = {}
-        if not job_ids:
-            return found
+    def _launches(self, batch_ids: list[int]) -> tuple[Launches, dict[int, list[dict]]]:
+        """The batches' launches, and the live job units of those not closed yet."""
         with self._tx.read() as conn:
-            for row in conn.execute(select(steps).where(steps.c.job_id.in_(job_ids))
-                                    .order_by(steps.c.job_id, steps.c.position)).mappings():
-                found.setdefault(row["job_id"], []).append(StepRecord.from_row(row))
-        return found
+            launches = launches_of(conn, batch_ids)
+            open_jobs = [launch.job_id for found in launches.values() for launch in found
+                         if launch.jobs is None and launch.job_id is not None]
+            live = {job_id: job_units(records)
+                    for job_id, records in read_steps(conn, open_jobs).items()}
+        return launches, live
 
 
 def _common(batch: BatchRecord) -> dict[str, Any]:
@@ -109,9 +117,11 @@ def _common(batch: BatchRecord) -> dict[str, Any]:
             "business_date": batch.business_date}
 
 
-def _batch_row(batch: BatchRecord) -> AuditRow:
-    starts = [s.started_at for s in batch.stages if s.started_at]
-    ends = [s.finished_at for s in batch.stages if s.finished_at]
+def _batch_row(batch: BatchRecord, launches: Launches) -> AuditRow:
+    """The batch: from its first launch's start to its last one's end, once done."""
+    ran = [launch for stage in batch.stages for launch in launches.get((batch.id, stage.stage), [])]
+    starts = [launch.started_at for launch in ran if launch.started_at]
+    ends = [launch.finished_at for launch in ran if launch.finished_at]
     done = batch.status.value in ("SUCCESS", "FAILED")
     name = f"{batch.system}/{batch.location}/{batch.business_date.isoformat()}"
     if batch.context:
@@ -123,27 +133,29 @@ def _batch_row(batch: BatchRecord) -> AuditRow:
                     metrics={}, job_id=None, **_common(batch))
 
 
-def _stage_row(batch: BatchRecord, stage: StageRecord) -> AuditRow:
-    return AuditRow(f"{batch.id}-{stage.stage}", work_unit="stage",
-                    work_unit_name=stage.stage, parent_id=str(batch.id), parent_unit="batch",
-                    status=stage.status.value, start_time=stage.started_at,
-                    end_time=stage.finished_at, message=stage.message,
-                    metrics={"runs": stage.runs}, job_id=stage.job_id, **_common(batch))
-
-
-def _job_row(batch: BatchRecord, stage: StageRecord, step: StepRecord) -> AuditRow:
+def _launch_row(batch: BatchRecord, launch: LaunchRecord,
+                units: list[dict[str, Any]]) -> AuditRow:
     metrics: dict[str, Any] = {}
-    if step.cpu_seconds is not None:
-        metrics["cpu_milliseconds"] = round(step.cpu_seconds * 1000)
-    if step.wall_seconds is not None:
-        metrics["wall_milliseconds"] = round(step.wall_seconds * 1000)
-    if step.peak_rss_kb is not None:
-        metrics["peak_rss_kb"] = step.peak_rss_kb
-    metrics.update(step.metrics or {})
-    parent = f"{batch.id}-{stage.stage}"
-    return AuditRow(f"{parent}-{step.name}", work_unit="job", work_unit_name=step.name,
-                    parent_id=parent, parent_unit="stage",
-                    status=STEP_STATUS.get(step.state.value, step.state.value),
-                    start_time=step.started_at, end_time=step.finished_at,
-                    message=step.error, metrics=metrics, job_id=stage.job_id,
-                    **_common(batch))
+    for name in TOTALS:
+        values = [unit["metrics"][name] for unit in units
+                  if isinstance(unit["metrics"].get(name), (int, float))]
+        if values:
+            metrics[name] = sum(values)
+    return AuditRow(f"{batch.id}-{launch.stage}-{launch.launch}", work_unit="stage",
+                    work_unit_name=launch.stage, parent_id=str(batch.id), parent_unit="batch",
+                    status=launch.status.value, start_time=launch.started_at,
+                    end_time=launch.finished_at, message=launch.message, metrics=metrics,
+                    job_id=launch.job_id, launch=launch.launch, **_common(batch))
+
+
+def _job_row(batch: BatchRecord, launch: LaunchRecord, unit: dict[str, Any]) -> AuditRow:
+    parent = f"{batch.id}-{launch.stage}-{launch.launch}"
+    return AuditRow(f"{parent}-{unit['name']}", work_unit="job", work_unit_name=unit["name"],
+                    parent_id=parent, parent_unit="stage", status=unit["status"],
+                    start_time=_time(unit["start_time"]), end_time=_time(unit["end_time"]),
+                    message=unit["message"], metrics=dict(unit["metrics"]),
+                    job_id=launch.job_id, launch=launch.launch, **_common(batch))
+
+
+def _time(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)

@@ -14,7 +14,7 @@ from jobserver.batches.records import ConfigRecord, PutResult
 from jobserver.batches.spec import BatchConfig, load_spec
 from jobserver.batches.tables import batch_configs
 from jobserver.exceptions import Conflict, NotFound
-from jobserver.schedules.catalog import CREATED, UNCHANGED, plan_put
+from jobserver.resources import CREATED, UNCHANGED, plan_put
 from jobserver.store import Transactions
 from jobserver.store.engine import store_now
 
@@ -32,7 +32,7 @@ class BatchConfigCatalog:
             self._check_systems(conn, config.name, systems)
             row = conn.execute(select(batch_configs).where(
                 batch_configs.c.name == config.name)).mappings().first()
-            change, changed = plan_put(row, document, digest, None)
+            change, changed = plan_put(row, document, digest)
             if dry_run or change == UNCHANGED:
                 return PutResult(None if row is None else ConfigRecord.from_row(row),
                                  change, changed)

@@ -77,6 +77,24 @@ def _mappings(config: BatchConfig) -> Problems:
     return problems
 
 
+def unmapped_stages(config: BatchConfig) -> Problems:
+    """A system's stage that no ``job_group_mapping`` entry could map (none names the
+    stage with the system's name or with no system): every run of it would fail at
+    launch ("no job group mapped"). The seed invokes a stage by reading the job groups
+    applicable to it; it has no stage without any. A mapping narrowed by location or
+    a context column counts: whether a run matches it depends on the run."""
+    spec, problems = config.spec, []
+    for index, entry in enumerate(spec.system_stage_mapping):
+        for position, stage in enumerate(entry.stages):
+            if not any(m.stage == stage and m.system in (None, entry.system)
+                       for m in spec.job_group_mapping):
+                problems.append(_problem(
+                    f"system_stage_mapping[{index}].stages[{position}]",
+                    f"no job_group_mapping maps a job group to stage {stage!r} of system "
+                    f"{entry.system!r}: a run of it would have no job to run"))
+    return problems
+
+
 def _groups(config: BatchConfig) -> Problems:
     spec, problems = config.spec, []
     library: dict[str, GroupJob] = {}

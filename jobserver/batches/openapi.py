@@ -41,7 +41,8 @@ AUDIT_ROW = exact({"instance_id": _text, "system": _text, "location": _text,
                    "work_unit_name": _text, "parent_id": _nullable_text,
                    "parent_unit": _nullable_text, "status": {"enum": list(AUDIT_STATUSES)},
                    "start_time": _time, "end_time": _time, "message": _nullable_text,
-                   "metrics": {"type": "object"}, "job_id": _nullable_id})
+                   "metrics": {"type": "object"}, "job_id": _nullable_id,
+                   "launch": _nullable_id})
 
 CONFIG = exact({"name": _text, "id": _id, "spec": {"type": "object"}, "spec_hash": _text,
                 "systems": {"type": "array", "items": _text}, "created_at": _time,
@@ -114,7 +115,9 @@ def paths() -> dict[str, Any]:
             "responses": {"200": json_response(exact({"batches": {
                 "type": "array", "items": ref("Batch")}}), "batches"), **errors(422)}}},
         base + "/audit": {"get": {
-            "summary": "The runtime audit: a row per batch, stage and job (scope: read)",
+            "summary": "The runtime audit: a row per batch, per launch of each stage (a "
+                       "failed run stays after its rerun) and per job of a launch "
+                       "(scope: read)",
             "operationId": "batch_audit",
             "parameters": _filters() + [
                 query_param("stage", _ident), query_param("work_unit", {"enum": list(WORK_UNITS)}),

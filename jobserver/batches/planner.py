@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import date
-from typing import Any
 
 from pydantic import Field
 from sqlalchemy import Connection
@@ -33,13 +32,14 @@ from jobserver.batches.records import (BatchRecord, PlanItem, RunRecord, RunStat
                                        StageRecord, Status)
 from jobserver.batches.sources import read_source
 from jobserver.batches.spec import BatchConfig, Period, SystemStages
+from jobserver.batches.watermarks import Sources
 from jobserver.exceptions import IllegalTransition, InvalidRequest
+from jobserver.requester import PLANNER_ITSELF, Requester
 from jobserver.schedules.spec import Ident
 from jobserver.spec import Policy, StrictModel, refuse, validate_job
 from jobserver.states import Operation
 from jobserver.store import Store
 from jobserver.store.jobs import KeyedSubmit
-from jobserver.store.records import Actor
 
 log = logging.getLogger(__name__)
 
@@ -112,15 +112,20 @@ def _check_context(config: BatchConfig, request: RunRequest) -> None:
 
 
 def plan_run(store: Store, request: RunRequest, policy: Policy,
-             connections: Any = None) -> RunRecord:
-    """Plan and start a run (see the module); a run with nothing to do says why."""
+             sources: Sources | None = None,
+             requester: Requester = PLANNER_ITSELF) -> RunRecord:
+    """Plan and start a run (see the module) for ``requester``; a run with nothing to
+    do says why. ``sources``: where this node reads file and SQL watermarks (None: only
+    watermarks given with the run); the watermark is read before any write, outside
+    the store's transaction. Every stage job the plan will launch is charged to the
+    requester's submit budget before the run is written, and names the requester."""
     scope = scope_of(store, request, policy)
     watermark = None
     if scope.first:
         params = {"system": request.system, "location": request.location,
                   **request.context}
         watermark = read_source(scope.system.watermark, request.watermark
-                                or request.business_date, connections, params)
+                                or request.business_date, sources, params)
         if watermark is None:
             _field("watermark", f"no watermark for system {request.system!r}: pass one "
                    "with the run (--watermark) or fix its source")
@@ -140,9 +145,10 @@ def plan_run(store: Store, request: RunRequest, policy: Policy,
         plan = _plan(scope, found)
         if not plan:
             return _nothing(store, conn, request, note)
+        requester.charge(len(plan))
         run_id = store.batches.insert_run(conn, request.system, request.location,
                                           request.context, request.stage, plan,
-                                          RunStatus.RUNNING)
+                                          RunStatus.RUNNING, requester=requester.actor)
         advance(store, conn, scope.config, store.batches.run_in(conn, run_id), policy)
         return store.batches.run_in(conn, run_id)
 
@@ -257,7 +263,7 @@ def launch(store: Store, conn: Connection, config: BatchConfig | None, run: RunR
         return f"{item.stage} of {item.business_date} cannot start: {exc.message}"
     if not store.batches.claim_stage(conn, stage, run.id):
         return None  # another run or node moved it: the next round sees where it is
-    actor = Actor(f"batch {run.system}/{run.location}")
+    actor = Requester(run.requester).on_behalf(f"batch {run.system}/{run.location}")
     if (stage.status is Status.FAILED and stage.job_id is not None
             and config.resume_from_failure(run.system, item.stage)):
         try:  # the engine's resume: succeeded steps are skipped

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from typing import Any
 
+from jobserver.store.records import SYSTEM, Actor, actor_of
+
 
 class Status(str, enum.Enum):
     """A stage's status, and a batch's overall one (RUNNING: started, not all done)."""
@@ -70,6 +72,30 @@ class StageRecord:
 
 
 @dataclass(frozen=True)
+class LaunchRecord:
+    """One launch of a stage, as the runtime audit keeps it (``batch_stage_launches``).
+    ``jobs``: its job units (JSON, see :func:`jobserver.batches.launches.job_units`),
+    copied when it ended; None while it runs, or for a launch from before 0018."""
+
+    batch_id: int
+    stage: str
+    launch: int
+    job_id: int | None
+    run_id: int | None
+    status: Status
+    message: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    jobs: list[dict[str, Any]] | None
+
+    @classmethod
+    def from_row(cls, mapping: Any) -> LaunchRecord:
+        values = _values(cls, mapping)
+        values["status"] = Status(values["status"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
 class BatchRecord:
     id: int
     system: str
@@ -123,6 +149,13 @@ class RunRecord:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    requested_by: str | None = None
+    requested_by_token_id: int | None = None
+
+    @property
+    def requester(self) -> Actor:
+        """Who asked for the run (the system, for runs from before it was recorded)."""
+        return actor_of(self.requested_by, self.requested_by_token_id) or SYSTEM
 
     @classmethod
     def from_row(cls, mapping: Any) -> RunRecord:

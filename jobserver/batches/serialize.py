@@ -40,7 +40,8 @@ def audit_json(row: AuditRow) -> dict[str, Any]:
             "work_unit_name": row.work_unit_name, "parent_id": row.parent_id,
             "parent_unit": row.parent_unit, "status": row.status,
             "start_time": time_text(row.start_time), "end_time": time_text(row.end_time),
-            "message": row.message, "metrics": row.metrics, "job_id": row.job_id}
+            "message": row.message, "metrics": row.metrics, "job_id": row.job_id,
+            "launch": row.launch}
 
 
 def config_json(config: ConfigRecord) -> dict[str, Any]:

@@ -27,9 +27,9 @@ from typing import Any, Literal, Union
 from pydantic import Field, TypeAdapter, ValidationError
 
 from jobserver.exceptions import InvalidRequest
-from jobserver.schedules.spec import Ident
-from jobserver.spec import (StepSpec, StrictModel, default_problem, field_path, json_text,
-                            parse_model, refuse, validation_message)
+from jobserver.resources import Ident, parse_resource
+from jobserver.spec import (StepSpec, StrictModel, field_path, json_text, refuse,
+                            validation_message)
 
 #: Mapping keys in the order that makes a mapping more specific.
 MATCH_KEYS = ("system", "sub_system", "location", "sub_location", "custom1", "custom2")
@@ -210,12 +210,12 @@ def parse_batch_config(body: bytes | str | Mapping[str, Any]) -> BatchConfig:
         try:
             loaded = json.loads(body)
         except ValueError:
-            loaded = None  # parse_model reports it as malformed
+            loaded = None  # parse_resource reports it as malformed
         if isinstance(loaded, dict):
             body = loaded
     if isinstance(body, Mapping):
         body = _normalized(body)
-    return check_config(parse_model(BatchConfigSpec, body, default_problem))
+    return check_config(parse_resource(BatchConfigSpec, body), new=True)
 
 
 def load_spec(document: Mapping[str, Any]) -> BatchConfig:
@@ -235,12 +235,15 @@ def _normalized(body: Mapping[str, Any]) -> dict[str, Any]:
     return document
 
 
-def check_config(spec: BatchConfigSpec) -> BatchConfig:
-    """Check ``spec`` as a whole; :class:`InvalidRequest` lists every problem."""
-    from jobserver.batches.checks import problems_of  # the whole-config checks
+def check_config(spec: BatchConfigSpec, new: bool = False) -> BatchConfig:
+    """Check ``spec`` as a whole; :class:`InvalidRequest` lists every problem. A
+    ``new`` document (one being saved) must also map a job group to every stage of
+    every system; a stored one saved before that rule is still loaded, and its runs
+    of such a stage fail at launch, naming it."""
+    from jobserver.batches.checks import problems_of, unmapped_stages
 
     config = BatchConfig(spec)
-    problems = problems_of(config)
+    problems = problems_of(config) + (unmapped_stages(config) if new else [])
     refuse(problems)
     return config
 

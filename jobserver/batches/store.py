@@ -4,7 +4,9 @@ Composite operations (plan a run, launch a stage, settle finished stages) take t
 caller's connection: they must commit together with the engine submit they go with.
 Every change of a stage's status is a compare-and-set on what the writer read (its
 status and launch count), so two runs, two API nodes or two trackers racing over the
-same stage change it once; the loser sees zero rows and reads again.
+same stage change it once; the loser sees zero rows and reads again. The runtime
+audit's launch rows (:mod:`jobserver.batches.launches`) are opened and closed by those
+same compare-and-sets, so a launch has one row and a settle closes it once.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, select, update
 
 from jobserver.batches.compose import context_key
+from jobserver.batches.launches import close_launch, name_job, open_launch
 from jobserver.batches.records import (BatchRecord, PlanItem, RunRecord, RunStatus,
                                        StageRecord, Status, overall)
 from jobserver.batches.tables import batch_runs, batch_stages, batches
@@ -26,6 +29,7 @@ from jobserver.exceptions import NotFound
 from jobserver.states import State
 from jobserver.store import Transactions
 from jobserver.store.engine import store_now
+from jobserver.store.records import SYSTEM, Actor
 from jobserver.store.tables import jobs
 
 MAX_PAGE = 500
@@ -43,6 +47,7 @@ class Finished:
     job_state: State
     error: str | None
     finished_at: datetime | None
+    launch: int  # the stage's runs: the launch its job belongs to
 
 
 @dataclass(frozen=True)
@@ -172,7 +177,7 @@ class BatchStore:
 
     def claim_stage(self, conn: Connection, seen: StageRecord, run_id: int) -> bool:
         """Mark the stage RUNNING for ``run_id`` if it is still as ``seen``: the one
-        compare-and-set that makes a launch happen once."""
+        compare-and-set that makes a launch happen once, and opens its audit row."""
         won = conn.execute(update(batch_stages).where(
             batch_stages.c.batch_id == seen.batch_id, batch_stages.c.stage == seen.stage,
             batch_stages.c.status == seen.status.value, batch_stages.c.runs == seen.runs)
@@ -180,37 +185,45 @@ class BatchStore:
                     message=None, started_at=store_now(), finished_at=None,
                     updated_at=store_now())).rowcount == 1
         if won:
+            open_launch(conn, seen.batch_id, seen.stage, seen.runs + 1, run_id, seen.job_id)
             self._refresh_batch(conn, seen.batch_id)
         return won
 
     @staticmethod
     def set_stage_job(conn: Connection, batch_id: int, stage: str, job_id: int) -> None:
+        """The stage's newest launch (and its audit row) runs engine job ``job_id``."""
         conn.execute(update(batch_stages).where(batch_stages.c.batch_id == batch_id,
                                                 batch_stages.c.stage == stage)
                      .values(job_id=job_id, updated_at=store_now()))
+        name_job(conn, batch_id, stage, job_id)
 
     @staticmethod
     def finished_stages(conn: Connection, limit: int = 200) -> builtins.list[Finished]:
         """RUNNING stages whose job has ended (SUCCEED, ERROR, DISCARDED, STOPPED)."""
         rows = conn.execute(select(batch_stages.c.batch_id, batch_stages.c.stage,
-                                   jobs.c.id, jobs.c.state, jobs.c.error, jobs.c.finished_at)
+                                   jobs.c.id, jobs.c.state, jobs.c.error, jobs.c.finished_at,
+                                   batch_stages.c.runs)
                             .join(jobs, jobs.c.id == batch_stages.c.job_id)
                             .where(batch_stages.c.status == Status.RUNNING.value,
                                    jobs.c.state.in_(FINAL_JOB_STATES)).limit(limit)).all()
-        return [Finished(int(r[0]), r[1], int(r[2]), State(r[3]), r[4], r[5]) for r in rows]
+        return [Finished(int(r[0]), r[1], int(r[2]), State(r[3]), r[4], r[5], int(r[6]))
+                for r in rows]
 
     def settle(self, conn: Connection, done: Finished) -> bool:
-        """The stage's status from its job's end; False if it moved on meanwhile."""
+        """The stage's status from its job's end, its launch closed in the audit;
+        False if it moved on meanwhile."""
         status = Status.SUCCESS if done.job_state is State.SUCCEED else Status.FAILED
         message = None if status is Status.SUCCESS else (
             done.error or f"the stage's job {done.job_id} ended {done.job_state.value}")
         changed = conn.execute(update(batch_stages).where(
             batch_stages.c.batch_id == done.batch_id, batch_stages.c.stage == done.stage,
             batch_stages.c.status == Status.RUNNING.value,
-            batch_stages.c.job_id == done.job_id).values(
+            batch_stages.c.job_id == done.job_id, batch_stages.c.runs == done.launch).values(
                 status=status.value, message=message, finished_at=done.finished_at,
                 updated_at=store_now())).rowcount == 1
         if changed:
+            close_launch(conn, done.batch_id, done.stage, done.launch, done.job_id, status,
+                         message, done.finished_at)
             self._refresh_batch(conn, done.batch_id)
         return changed
 
@@ -225,9 +238,10 @@ class BatchStore:
     @staticmethod
     def insert_run(conn: Connection, system: str, location: str, context: dict[str, str],
                    stage: str | None, plan: builtins.list[PlanItem], status: RunStatus,
-                   message: str | None = None) -> int:
+                   message: str | None = None, requester: Actor = SYSTEM) -> int:
         final = status is not RunStatus.RUNNING
         return int(conn.execute(insert(batch_runs).values(
+            requested_by=requester.name[:200], requested_by_token_id=requester.token_id,
             system=system, location=location, context=dict(context), stage=stage,
             status=status.value, plan=[item.as_json() for item in plan], position=0,
             message=message, created_at=store_now(), updated_at=store_now(),

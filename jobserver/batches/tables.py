@@ -1,4 +1,5 @@
-"""The batches' schema (control table, stage rows, runs, configs); migration 0010."""
+"""The batches' schema (control table, stage rows, runs, configs): migration 0010; the
+stage launches of the runtime audit: migration 0018."""
 
 from __future__ import annotations
 
@@ -74,6 +75,28 @@ class BatchStageRow(Base):
                       Index("ix_batch_stages_job_id", "job_id"))
 
 
+class BatchStageLaunchRow(Base):
+    """One launch of a stage (the runtime audit's stage instance), kept after a rerun.
+    ``launch`` is the stage's ``runs`` when it was launched (the launch key's last
+    part); ``jobs`` the stage job's steps as audit rows, copied when the launch ended
+    (None while it runs: read from the engine's ``steps``). Opened by the launch's
+    compare-and-set, closed by the settle's (:mod:`jobserver.batches.launches`)."""
+
+    __tablename__ = "batch_stage_launches"
+
+    batch_id: Mapped[int] = mapped_column(ForeignKey("batches.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    stage: Mapped[str] = mapped_column(String(64), primary_key=True)
+    launch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int | None] = mapped_column(BigInteger)
+    run_id: Mapped[int | None] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    jobs: Mapped[list | None] = mapped_column(JSON)
+
+
 class BatchRunRow(Base):
     """One ``batch run``: its plan (batch, stage) in order and how far it got. The
     tracker moves it on as the stages' jobs finish."""
@@ -92,6 +115,10 @@ class BatchRunRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Who asked for the run (added by 0017): its stage jobs, launched by the request
+    # and later by the tracker, name this requester beside the batch.
+    requested_by: Mapped[str | None] = mapped_column(String(200))
+    requested_by_token_id: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (Index("ix_batch_runs_status", "status"),)
 
@@ -100,3 +127,4 @@ batch_configs = cast(Table, BatchConfigRow.__table__)
 batches = cast(Table, BatchRow.__table__)
 batch_stages = cast(Table, BatchStageRow.__table__)
 batch_runs = cast(Table, BatchRunRow.__table__)
+batch_stage_launches = cast(Table, BatchStageLaunchRow.__table__)

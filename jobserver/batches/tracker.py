@@ -3,7 +3,8 @@
 One loop, on the node that holds the planner seat (like the schedule evaluator). A
 round, in one transaction: every RUNNING stage whose engine job has ended becomes
 SUCCESS (job SUCCEED) or FAILED (ERROR, DISCARDED, STOPPED; the job's error is the
-message), the batches' overall statuses follow, and every run still RUNNING launches
+message) and its launch's runtime-audit row is closed with the job's steps copied
+(:mod:`jobserver.batches.launches`), the batches' overall statuses follow, and every run still RUNNING launches
 its next item (:func:`jobserver.batches.planner.advance`).
 
 A stage's status is derived from its job, never from the process that asked for the

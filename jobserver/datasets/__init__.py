@@ -15,5 +15,5 @@ Python), ``tables`` (the schema), ``records``, ``catalog`` (datasets: ``store.da
 the seam for partition triggers and consumers), ``outputs`` (partitions that job
 steps write), ``api`` with
 ``serialize`` and ``openapi`` (the HTTP routes); the command line is
-``jobserver.cli_datasets`` and ``jobserver.apply``.
+``jobserver.datasets.cli`` and ``jobserver.apply``.
 """

@@ -26,8 +26,8 @@ from jobserver.datasets.catalog import CREATED, MAX_PAGE
 from jobserver.datasets.filters import MAX_CONDITIONS
 from jobserver.datasets.serialize import dataset_json, partition_json
 from jobserver.datasets.spec import parse_dataset
+from jobserver.names import IDENT
 from jobserver.spec import refuse
-from jobserver.schedules.spec import IDENT
 
 blueprint = Blueprint("datasets", __name__, url_prefix="/api/v1/datasets")
 

@@ -12,19 +12,22 @@ PostgreSQL); adding partitions takes the same row in share mode
 from __future__ import annotations
 
 import builtins
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from sqlalchemy import Connection, RowMapping, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, RowMapping, delete, func, insert, select, update
 
 from jobserver.datasets.records import DatasetRecord
-from jobserver.datasets.spec import DatasetSpec, digest
+from jobserver.datasets.spec import DatasetSpec
 from jobserver.datasets.tables import datasets, partitions
 from jobserver.exceptions import Conflict, ConstraintViolation, NotFound
-from jobserver.schedules.catalog import CREATED, UNCHANGED, plan_put
+from jobserver.resources import (CREATED, MAX_PAGE, UNCHANGED, digest, find_row, found_row,
+                                 name_page, next_after, page_size, plan_put)
+from jobserver.planners.base import Deletion
 from jobserver.store import Transactions
 from jobserver.store.engine import store_now
 
-MAX_PAGE = 500
+if TYPE_CHECKING:
+    from jobserver.store.hooks import PlannerHooks
 
 
 class PutResult(NamedTuple):
@@ -38,15 +41,21 @@ class PutResult(NamedTuple):
 
 
 class DatasetCatalog:
-    def __init__(self, tx: Transactions) -> None:
+    """``hooks``: the store's, whose deletion guards (other planners' say, as a
+    schedule naming a dataset) a delete asks; read at each delete, as they are
+    installed after the repositories are built."""
+
+    def __init__(self, tx: Transactions, hooks: PlannerHooks) -> None:
         self._tx = tx
+        self._hooks = hooks
 
     # -- writes -----------------------------------------------------------------------
     def create(self, spec: DatasetSpec) -> DatasetRecord:
         """Store a new dataset; :class:`Conflict` if the namespace has one of that name."""
         try:
             with self._tx.write() as conn:
-                if self._row(conn, spec.namespace, spec.name) is not None:
+                if find_row(conn, datasets, namespace=spec.namespace,
+                            name=spec.name) is not None:
                     raise _exists(spec)
                 return self._get(conn, self._insert(conn, spec))
         except ConstraintViolation:
@@ -59,8 +68,9 @@ class DatasetCatalog:
         document = spec.model_dump(mode="json")
         try:
             with self._tx.read() if dry_run else self._tx.write() as conn:
-                row = self._row(conn, spec.namespace, spec.name, lock=not dry_run)
-                change, changed = plan_put(row, document, digest(document), None)
+                row = find_row(conn, datasets, not dry_run, namespace=spec.namespace,
+                               name=spec.name)
+                change, changed = plan_put(row, document, digest(document))
                 if row is None:
                     created = None if dry_run else self._get(conn, self._insert(conn, spec))
                     return PutResult(created, change, changed)
@@ -73,10 +83,19 @@ class DatasetCatalog:
             raise _exists(spec) from None
 
     def delete(self, namespace: str, name: str) -> None:
-        """Remove the dataset with all its partitions."""
+        """Remove the dataset with all its partitions; a :class:`Conflict` naming
+        them while another planner's rows name it (a schedule's trigger or template:
+        the installed planners' deletion guards, asked with the row locked)."""
         with self._tx.write() as conn:
             row = self._found(conn, namespace, name)
+            self.refuse_deletion(conn, Deletion("dataset", namespace, name))
             conn.execute(delete(datasets).where(datasets.c.id == row["id"]))
+
+    def refuse_deletion(self, conn: Connection, deletion: Deletion) -> None:
+        """Ask the installed planners' deletion guards about ``deletion`` (a dataset or
+        one of its consumers), in the caller's deleting transaction, which has locked
+        the dataset's row exclusively; a :class:`Conflict` when one refuses."""
+        self._hooks.refuse_deletion(conn, deletion)
 
     # -- reads ------------------------------------------------------------------------
     def get(self, namespace: str, name: str, count: bool = True) -> DatasetRecord:
@@ -87,12 +106,16 @@ class DatasetCatalog:
             return self._get(conn, row["id"]) if count else DatasetRecord.from_row(row)
 
     def find(self, conn: Connection, namespace: str, name: str,
-             share: bool = False) -> DatasetRecord:
+             share: bool = False, exclusive: bool = False) -> DatasetRecord:
         """The dataset in the caller's transaction (``share``: locked against key
-        changes and deletion until it ends, on PostgreSQL), without its count."""
+        changes and deletion until it ends, on PostgreSQL; ``exclusive``: against
+        other writers that lock it so too, as a count of its consumers before one is
+        added), without its count."""
         query = select(datasets).where(datasets.c.namespace == namespace,
                                        datasets.c.name == name)
-        if share and self._tx.dialect == "postgresql":
+        if exclusive and self._tx.dialect == "postgresql":
+            query = query.with_for_update(key_share=True)
+        elif share and self._tx.dialect == "postgresql":
             query = query.with_for_update(read=True)
         row = conn.execute(query).mappings().first()
         if row is None:
@@ -101,7 +124,7 @@ class DatasetCatalog:
 
     def find_or_none(self, conn: Connection, namespace: str,
                      name: str) -> DatasetRecord | None:
-        row = self._row(conn, namespace, name, lock=False)
+        row = find_row(conn, datasets, False, namespace=namespace, name=name)
         return None if row is None else DatasetRecord.from_row(row)
 
     def list(self, namespace: str | None = None, limit: int = 50,
@@ -109,35 +132,16 @@ class DatasetCatalog:
              ) -> tuple[builtins.list[DatasetRecord], tuple[str, str] | None]:
         """Ordered by (namespace, name); returns the page and the ``after`` of the next
         page (None on the last)."""
-        limit = max(1, min(limit, MAX_PAGE))
-        query = select(datasets).order_by(datasets.c.namespace, datasets.c.name).limit(limit + 1)
-        if namespace is not None:
-            query = query.where(datasets.c.namespace == namespace)
-        if after is not None:
-            query = query.where(or_(datasets.c.namespace > after[0],
-                                    and_(datasets.c.namespace == after[0],
-                                         datasets.c.name > after[1])))
+        limit = page_size(limit)
         with self._tx.read() as conn:
-            rows = conn.execute(query).mappings().all()
-        page = [DatasetRecord.from_row(row) for row in rows[:limit]]
-        following = (page[-1].namespace, page[-1].name) if len(rows) > limit else None
-        return page, following
+            rows = conn.execute(name_page(datasets, limit, namespace, after)).mappings().all()
+        return [DatasetRecord.from_row(row) for row in rows[:limit]], next_after(rows, limit)
 
     # -- inside a transaction ---------------------------------------------------------
-    def _row(self, conn: Connection, namespace: str, name: str,
-             lock: bool = True) -> RowMapping | None:
-        query = select(datasets).where(datasets.c.namespace == namespace,
-                                       datasets.c.name == name)
-        if lock and self._tx.dialect == "postgresql":
-            query = query.with_for_update()
-        return conn.execute(query).mappings().first()
-
-    def _found(self, conn: Connection, namespace: str, name: str,
-               lock: bool = True) -> RowMapping:
-        row = self._row(conn, namespace, name, lock)
-        if row is None:
-            raise _missing(namespace, name)
-        return row
+    @staticmethod
+    def _found(conn: Connection, namespace: str, name: str, lock: bool = True) -> RowMapping:
+        return found_row(conn, datasets, _missing(namespace, name), lock,
+                         namespace=namespace, name=name)
 
     @staticmethod
     def _insert(conn: Connection, spec: DatasetSpec) -> int:
@@ -189,4 +193,4 @@ def _missing(namespace: str, name: str) -> NotFound:
                     {"namespace": namespace, "name": name})
 
 
-__all__ = ["CREATED", "DatasetCatalog", "PutResult"]
+__all__ = ["CREATED", "MAX_PAGE", "DatasetCatalog", "PutResult"]

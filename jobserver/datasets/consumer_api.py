@@ -6,6 +6,11 @@ its dataset (the URL's); ``PUT`` makes the consumer match it (``?dry_run=true`` 
 what would change). ``GET`` shows its state (:func:`consumer_json`). Scopes: reads
 need ``read``; creating and changing ``submit``; deleting and retrying FAILED
 partitions ``operate``.
+
+A dataset has at most ``datasets.max_consumers`` consumers (one more is a 409 naming
+``name``). The list counts each consumer's lag over at most :data:`LAG_CAP`
+partitions after its pointer (``lag_capped`` says when more lie there); one
+consumer's ``GET`` counts all of them.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from jobserver.api.requests import json_object, parse_query
 from jobserver.api.serialize import time_text
 from jobserver.datasets.api import DATASET, PutQuery, blueprint
 from jobserver.datasets.consumer_spec import parse_consumer
-from jobserver.datasets.consumers import CREATED, ConsumerView
+from jobserver.datasets.consumers import CREATED, LAG_CAP, ConsumerView
 from jobserver.exceptions import InvalidRequest
 
 CONSUMER = f"{DATASET}/consumers/<consumer>"
@@ -27,14 +32,17 @@ CONSUMER = f"{DATASET}/consumers/<consumer>"
 
 def consumer_json(view: ConsumerView) -> dict[str, Any]:
     """A consumer with its state: pointer, working-set counts, totals, lag, FAILED
-    partitions (the first 100) with their last error, IN_PROGRESS ones with their job."""
+    partitions (the first 100) with their last error, NEW ones that failed before
+    (``retrying``, the first 100) with their failed attempts and last error,
+    IN_PROGRESS ones with their job."""
     spec = view.spec.model_dump(mode="json", exclude={"namespace", "dataset", "name"})
     return {
         "dataset": view.dataset.full_name, "name": view.spec.name, "spec": spec,
         "pointer": {"txid": view.pointer[0], "position": view.pointer[1]},
         "working_set": view.counts, "processed_total": view.processed_total,
-        "failed_total": view.failed_total, "lag": view.lag, "overdue": view.overdue,
-        "failed": view.failed,
+        "failed_total": view.failed_total, "lag": view.lag,
+        "lag_capped": view.lag_capped, "overdue": view.overdue,
+        "failed": view.failed, "retrying": view.retrying,
         "in_progress": [dict(item, lease_expires_at=time_text(item["lease_expires_at"]))
                         for item in view.in_progress]}
 
@@ -51,7 +59,7 @@ def _body(namespace: str, name: str, consumer: str) -> dict[str, Any]:
 
 @blueprint.get(f"{DATASET}/consumers")
 def list_consumers(namespace: str, name: str) -> ResponseReturnValue:
-    views = api().store.consumers.list(namespace, name)
+    views = api().store.consumers.list(namespace, name, lag_cap=LAG_CAP)
     return {"dataset": f"{namespace}/{name}", "consumers": [consumer_json(v) for v in views]}
 
 
@@ -65,7 +73,8 @@ def put_consumer(namespace: str, name: str, consumer: str) -> ResponseReturnValu
     """Create or update the consumer to match the body."""
     dry_run = parse_query(PutQuery).dry_run
     spec = parse_consumer(_body(namespace, name, consumer))
-    view, change, changed = api().store.consumers.put(spec, dry_run)
+    view, change, changed = api().store.consumers.put(
+        spec, dry_run, max_consumers=api().config.datasets.max_consumers)
     reply = {"consumer": None if view is None else consumer_json(view), "change": change,
              "changed": changed, "dry_run": dry_run}
     location = {"Location": f"/api/v1/datasets/{namespace}/{name}/consumers/{consumer}"}

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from jobserver.api.openapi import errors, exact, json_response, named_params, query_param, ref
-from jobserver.schedules.spec import IDENT
+from jobserver.names import IDENT
 
 _int = {"type": "integer"}
 _text = {"type": "string"}
@@ -17,9 +17,14 @@ CONSUMER = exact({
     "pointer": exact({"txid": _int, "position": _int}),
     "working_set": _counts, "processed_total": _int, "failed_total": _int,
     "lag": {"type": "integer", "description": "NEW and IN_PROGRESS partitions plus those "
-            "after the pointer that match the filter and window"},
+            "after the pointer that match the filter and window (in a list, among the "
+            "first 1,000 after the pointer)"},
+    "lag_capped": {"type": "boolean", "description": "more partitions lie after the "
+                   "pointer than were read to count the lag: it is a lower bound"},
     "overdue": {"type": "integer", "description": "IN_PROGRESS past their lease"},
     "failed": {"type": "array", "items": {"type": "object"}},
+    "retrying": {"type": "array", "items": {"type": "object"}, "description": (
+        "NEW partitions that failed before (the first 100): key, attempts, last_error")},
     "in_progress": {"type": "array", "items": {"type": "object"}}})
 
 PUT_RESULT = exact({
@@ -57,7 +62,9 @@ def paths() -> dict[str, Any]:
                     "operationId": "get_consumer", "parameters": _params(),
                     "responses": {"200": json_response(ref("Consumer"), "the consumer"),
                                   **errors(404)}},
-            "put": {"summary": "Create or update a consumer to match the body (scope: submit)",
+            "put": {"summary": "Create or update a consumer to match the body (scope: "
+                               "submit); a dataset has at most datasets.max_consumers "
+                               "(one more is a 409 naming name)",
                     "operationId": "put_consumer",
                     "parameters": _params() + [query_param("dry_run", {"type": "boolean"})],
                     "requestBody": {"required": True, "content": {"application/json": {
@@ -70,7 +77,7 @@ def paths() -> dict[str, Any]:
                         **errors(400, 404, 409, 413, 422)}},
             "delete": {"summary": "Delete a consumer with its working set (scope: operate)",
                        "operationId": "delete_consumer", "parameters": _params(),
-                       "responses": {"204": {"description": "deleted"}, **errors(404)}}},
+                       "responses": {"204": {"description": "deleted"}, **errors(404, 409)}}},
         one + "/reset-failed": {"post": {
             "summary": "Put the consumer's FAILED partitions back to NEW (scope: operate)",
             "operationId": "reset_failed", "parameters": _params(),

@@ -14,25 +14,18 @@ by :func:`check_filter`, which needs the stored dataset.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, AwareDatetime, Field, model_validator
+from pydantic import Field, model_validator
 
 from jobserver.datasets.filters import MAX_CONDITIONS, Filter
 from jobserver.datasets.keys import PartitionKey
-from jobserver.schedules.spec import Ident
-from jobserver.spec import StrictModel, field_path, parse_model, refuse, validation_message
+from jobserver.resources import Ident, Instant, parse_resource
+from jobserver.spec import StrictModel, refuse
 
 #: The largest working set a consumer may keep.
 MAX_WORKING_SET = 100_000
-
-
-def _utc(value: datetime) -> datetime:
-    return value.astimezone(timezone.utc)
-
-
-Instant = Annotated[AwareDatetime, AfterValidator(_utc)]
 
 
 class ConsumerSpec(StrictModel):
@@ -75,16 +68,7 @@ class ConsumerSpec(StrictModel):
 
 def parse_consumer(body: bytes | str | dict[str, Any]) -> ConsumerSpec:
     """Parse and validate a consumer; :class:`InvalidRequest` names every bad field."""
-    return parse_model(ConsumerSpec, body, _problem)
-
-
-def _problem(error: Any) -> dict[str, str]:
-    # A refusal raised inside a validator arrives wrapped; keep its own field.
-    cause = (error.get("ctx") or {}).get("error")
-    details = getattr(cause, "details", None)
-    if isinstance(details, list) and details:
-        return dict(details[0])
-    return {"field": field_path(error["loc"]), "message": validation_message(error)}
+    return parse_resource(ConsumerSpec, body)
 
 
 def check_filter(spec: ConsumerSpec, key: PartitionKey) -> Filter:

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, String, Table, literal
+from sqlalchemy import ColumnElement, FromClause, String, literal
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
@@ -143,8 +143,9 @@ class Filter:
         """Whether a partition (its key columns' texts and metadata) passes."""
         return all(_holds(condition, columns, metadata) for condition in self.conditions)
 
-    def sql(self, table: Table) -> list[ColumnElement[bool]]:
-        """The conditions as WHERE clauses over ``table``'s key and metadata columns."""
+    def sql(self, table: FromClause) -> list[ColumnElement[bool]]:
+        """The conditions as WHERE clauses over ``table``'s key and metadata columns
+        (the partitions table, or a subquery of its rows)."""
         return [_clause(condition, table) for condition in self.conditions]
 
 
@@ -192,7 +193,7 @@ def _holds(condition: Condition, columns: tuple[str, ...], metadata: dict[str, A
     return bool(_COMPARE[condition.op](column, condition.values[0]))
 
 
-def _clause(condition: Condition, table: Table) -> ColumnElement[bool]:
+def _clause(condition: Condition, table: FromClause) -> ColumnElement[bool]:
     if condition.slot is None:
         text = MetaText(table.c.meta, condition.meta_name)
         return text.in_(condition.values) if condition.op == "in" else \

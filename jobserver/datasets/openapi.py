@@ -11,7 +11,7 @@ from jobserver.api.openapi import (errors, exact, json_response, named_links, na
 from jobserver.datasets.filters import MAX_CONDITIONS
 from jobserver.datasets.keys import MAX_FIELDS
 from jobserver.datasets.spec import MAX_BATCH, MAX_LOCATION_BYTES
-from jobserver.schedules.spec import IDENT
+from jobserver.names import IDENT
 
 _text = {"type": "string"}
 _nullable_text = {"type": ["string", "null"]}
@@ -119,7 +119,7 @@ def _one() -> dict[str, Any]:
                     **errors(400, 409, 413, 422)}},
         "delete": {"summary": "Delete a dataset with its partitions (scope: operate)",
                    "operationId": "delete_dataset", "parameters": _path_params(),
-                   "responses": {"204": {"description": "deleted"}, **errors(404)}}}
+                   "responses": {"204": {"description": "deleted"}, **errors(404, 409)}}}
 
 
 def _partitions() -> dict[str, Any]:

@@ -10,6 +10,9 @@ its dataset, a dataset that does not exist or a key the dataset holds already fa
 the step (not retried: the same output would fail again) and adds nothing. A key that
 the same job's same step added before is skipped: a step run again after its node
 died, or a rerun of the job, finds its own partitions.
+
+The engine reaches them through the planner seam only: :class:`PartitionOutputs` is
+the datasets planner's :class:`~jobserver.planners.base.JobOutputs`.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from typing import Any
 from jobserver.datasets.partitions import Producer
 from jobserver.datasets.records import DatasetRecord
 from jobserver.datasets.spec import MAX_BATCH, NewPartition, check_partition
-from jobserver.exceptions import Conflict, InvalidRequest, JobServerError, NotFound
-from jobserver.schedules.spec import IDENT
+from jobserver.exceptions import Conflict, InvalidRequest, NotFound
+from jobserver.names import IDENT
+from jobserver.planners.base import OutputRefused
 from jobserver.store import Store
 from jobserver.store.records import ClaimToken
 from jobserver.store.runs import holds
@@ -34,8 +38,28 @@ MAX_FILE_BYTES = 32 * 1024 * 1024
 _REF = re.compile(rf"(?:(?P<namespace>{IDENT})/)?(?P<name>{IDENT})")
 
 
-class OutputError(JobServerError):
+class OutputError(OutputRefused):
     """Step output that cannot be added; the message says which partition and why."""
+
+
+class PartitionOutputs:
+    """Steps output partitions (:class:`~jobserver.planners.base.JobOutputs`): a shell
+    step writes them to the file :data:`ENV` names, and :func:`add_outputs` adds them
+    to ``store``."""
+
+    env = ENV
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    @staticmethod
+    def read(path: Path) -> list[Any]:
+        """:func:`read_file`."""
+        return read_file(path)
+
+    def add(self, token: ClaimToken, step: str, items: list[Any]) -> int:
+        """:func:`add_outputs` to this store."""
+        return add_outputs(self._store, token, step, items)
 
 
 def read_file(path: Path) -> list[Any]:

@@ -9,7 +9,6 @@ problem with its path (``partitions[3].key.date``) so that a batch is refused wh
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -17,15 +16,15 @@ from typing import Annotated, Any
 from pydantic import Field, StringConstraints, field_validator
 
 from jobserver.datasets.keys import FIELD_NAME, MAX_FIELDS, FieldType, PartitionKey
-from jobserver.schedules.spec import Ident
-from jobserver.spec import StrictModel, parse_model
+# MAX_BATCH (partitions in one request) is defined where the CLI reads it light.
+from jobserver.datasets.limits import MAX_BATCH
+from jobserver.resources import NamespacedSpec, parse_resource
+from jobserver.spec import StrictModel
 
 #: A partition's location: its UTF-8 size at most.
 MAX_LOCATION_BYTES = 4096
 #: A partition's metadata: its compact JSON size at most.
 MAX_METADATA_BYTES = 4096
-#: Partitions in one request (an API batch, one step's output).
-MAX_BATCH = 10_000
 
 
 class KeyFieldSpec(StrictModel):
@@ -35,11 +34,9 @@ class KeyFieldSpec(StrictModel):
     type: FieldType
 
 
-class DatasetSpec(StrictModel):
+class DatasetSpec(NamespacedSpec):
     """A dataset as declared: ``key`` is its partition key's fields, in order."""
 
-    namespace: Ident = "default"
-    name: Ident
     description: Annotated[str, StringConstraints(max_length=500,
                                                   pattern=r"^[^\x00]*$")] | None = None
     key: list[KeyFieldSpec] = Field(min_length=1, max_length=MAX_FIELDS)
@@ -54,24 +51,13 @@ class DatasetSpec(StrictModel):
         return value
 
     @property
-    def qualified_name(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
     def partition_key(self) -> PartitionKey:
         return PartitionKey.of([item.model_dump() for item in self.key])
 
 
 def parse_dataset(body: bytes | str | dict[str, Any]) -> DatasetSpec:
     """Parse and validate a dataset; :class:`InvalidRequest` names every bad field."""
-    return parse_model(DatasetSpec, body)
-
-
-def digest(document: Any) -> str:
-    """The SHA-256 of a JSON document's canonical form: equal documents, equal digests."""
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"),
-                           ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return parse_resource(DatasetSpec, body)
 
 
 @dataclass(frozen=True)
@@ -155,5 +141,3 @@ def _metadata_problem(metadata: Any) -> str | None:
 
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
-
-

@@ -10,7 +10,12 @@ run that no longer runs are given back (:func:`settle`), the working set is fill
 from the pointer in commit order up to ``max_working_set_size`` (partitions outside
 the filter or the start/end window are skipped for good; the pointer moves past all
 that was read), and up to ``limit`` NEW partitions become IN_PROGRESS for this run
-(``job_id``, ``job_attempt``). Those rows are taken with SKIP LOCKED, so a fill
+(``job_id``, ``job_attempt``). A fill that has skipped :data:`MAX_SCAN` partitions
+stops and claims nothing: its transaction commits the pointer and the caller takes
+again in a new one (:func:`take_inputs` with ``final`` False), so that no transaction
+holds the store long, yet a run reaches the matching partitions after any stretch of
+skipped ones. After :data:`MAX_ROUNDS` such transactions a run that has nothing goes
+back to READY at once, saying how far its fill got; one with partitions runs. Those rows are taken with SKIP LOCKED, so a fill
 never waits on a working-set row that another transaction holds, and several jobs
 of one consumer each get a disjoint set.
 
@@ -38,7 +43,7 @@ from sqlalchemy import Connection, case, delete, exists, func, insert, not_, sel
 
 from jobserver.api.serialize import time_text
 from jobserver.datasets.consumer_spec import ConsumerSpec, check_filter
-from jobserver.datasets.feed_read import read_after
+from jobserver.datasets.feed_read import held_back, read_after
 from jobserver.datasets.records import DatasetRecord, PartitionRecord
 from jobserver.datasets.tables import consumers, datasets, partitions, working_sets
 from jobserver.exceptions import NotFound
@@ -50,9 +55,11 @@ from jobserver.store.runs import holds
 from jobserver.store.tables import AuditEvent, jobs, record_events, steps
 
 NEW, IN_PROGRESS, FAILED, DONE = "NEW", "IN_PROGRESS", "FAILED", "DONE"
-#: Partitions one fill reads past the pointer at most (matching or not), so that a
-#: fill over a long stretch of skipped partitions stays short; the next goes on.
+#: Partitions one fill skips at most (outside the filter or window) before it stops,
+#: so that a transaction over a long stretch of skipped partitions stays short.
 MAX_SCAN = 10_000
+#: Transactions one start of a run fills in at most before it gives up the start.
+MAX_ROUNDS = 20
 _CHUNK = 1000
 
 
@@ -64,13 +71,16 @@ class ConsumeError(Exception):
 class Taken:
     """What a run took at its start: per input (by position) the partitions as
     handed to steps; ``outcome`` is ``run``, ``succeeded`` (nothing to consume, the
-    job is SUCCEED), ``waiting`` (nothing to consume, the job is READY again) or
+    job is SUCCEED), ``waiting`` (nothing to consume, the job is READY again),
+    ``more`` (a fill stopped at :data:`MAX_SCAN`: take again in a new transaction),
     ``stopped`` (the run no longer holds the job) or ``failed`` (the job is ERROR:
-    ``error`` says why)."""
+    ``error`` says why). ``message`` is what the job's audit says of a start that
+    consumed nothing."""
 
     outcome: str
     inputs: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    message: str | None = None
 
     @property
     def count(self) -> int:
@@ -89,39 +99,77 @@ def split_ref(ref: str) -> tuple[str, str]:
     return namespace or "default", name
 
 
+@dataclass
+class Filled:
+    """How one fill ended: at the pointer ``cursor``; ``skipped`` partitions it read
+    were outside the filter or window; ``more``: it stopped at :data:`MAX_SCAN` with
+    partitions after ``cursor`` still to read."""
+
+    dataset: DatasetRecord
+    cursor: Cursor
+    skipped: int = 0
+    more: bool = False
+
+
 # -- the start of a run ----------------------------------------------------------------
-def take_inputs(conn: Connection, token: ClaimToken,
-                inputs: Sequence[dict[str, Any]]) -> Taken:
+def take_inputs(conn: Connection, token: ClaimToken, inputs: Sequence[dict[str, Any]],
+                final: bool = True) -> Taken:
     """Fill and claim for each of ``inputs`` in the caller's write transaction, which
     holds the job (:func:`holds`). Idempotent per run: a run that took partitions
-    already (its commit was lost to a store failure) gets the same ones again."""
+    already (its commit was lost to a store failure) gets the same ones again. Not
+    ``final``: an input whose fill stopped at :data:`MAX_SCAN` claims nothing and the
+    outcome is ``more`` (commit, then take again). A run that consumes nothing ends
+    as its inputs' ``on_empty`` says, its message saying why there was nothing; but
+    one whose fill stopped early goes back to READY at once, to read on."""
     if not holds(conn, token):
         return Taken("stopped")
-    taken = [_take(conn, token, item) for item in inputs]
+    pairs = [_take(conn, token, item, final) for item in inputs]
+    taken, fills = [pair[0] for pair in pairs], [pair[1] for pair in pairs if pair[1]]
+    if not final and any(fill.more for fill in fills):
+        return Taken("more", taken)
     if any(item["partitions"] for item in taken):
         return Taken("run", taken)
+    early = [fill for fill in fills if fill.more]
+    if early:
+        message = "nothing to consume yet: " + "; ".join(_read_on(fill) for fill in early)
+        end_start(conn, token, State.READY, message, 0.0)
+        return Taken("waiting", taken, message=message)
+    why = "".join(f"; {reason}" for fill in fills
+                  if (reason := held_back(conn, fill.dataset, fill.cursor)))
     if any(item.get("on_empty") == "skip" for item in inputs):
         wait = min(float(item.get("wait_seconds", 30.0)) for item in inputs)
-        end_start(conn, token, State.READY, "nothing to consume; waiting", wait)
-        return Taken("waiting", taken)
-    end_start(conn, token, State.SUCCEED, "nothing to consume; no step run")
-    return Taken("succeeded", taken)
+        message = "nothing to consume; waiting" + why
+        end_start(conn, token, State.READY, message, wait)
+        return Taken("waiting", taken, message=message)
+    message = "nothing to consume; no step run" + why
+    end_start(conn, token, State.SUCCEED, message)
+    return Taken("succeeded", taken, message=message)
 
 
-def _take(conn: Connection, token: ClaimToken, item: dict[str, Any]) -> dict[str, Any]:
+def _read_on(fill: Filled) -> str:
+    return (f"the fill of {fill.dataset.full_name} skipped {fill.skipped} partitions "
+            f"outside the consumer's filter or window, up to partition "
+            f"{fill.cursor.position}; the next start reads on from there")
+
+
+def _take(conn: Connection, token: ClaimToken, item: dict[str, Any],
+          final: bool) -> tuple[dict[str, Any], Filled | None]:
     namespace, name = split_ref(item["dataset"])
     dataset, consumer = _locked(conn, namespace, name, item["consumer"])
     spec = ConsumerSpec.model_validate(consumer["spec"], strict=False)
     mine = _held(conn, consumer["id"], token)
+    filled = None
     if not mine:
         _purge_done(conn, consumer["id"])
         settle(conn, consumer_id=consumer["id"], error="its job ended")
-        _fill(conn, dataset, consumer, spec)
-        limit = min(item.get("limit") or spec.processing_limit, spec.processing_limit)
-        mine = _claim(conn, consumer["id"], token, limit, spec.lease_seconds)
+        filled = _fill(conn, dataset, consumer, spec)
+        if final or not filled.more:
+            limit = min(item.get("limit") or spec.processing_limit, spec.processing_limit)
+            mine = _claim(conn, consumer["id"], token, limit, spec.lease_seconds)
     return {"dataset": dataset.full_name, "input": item["dataset"],
             "consumer": consumer["name"], "env": env_name(item["dataset"]),
-            "partitions": _handed(conn, dataset, consumer["id"], mine)}
+            "partitions": _handed(conn, dataset, consumer["id"], token) if mine else []
+            }, filled
 
 
 def _locked(conn: Connection, namespace: str, name: str,
@@ -156,30 +204,37 @@ def _purge_done(conn: Connection, consumer_id: int) -> None:
                      .values(processed=consumers.c.processed + purged))
 
 
-def _fill(conn: Connection, dataset: DatasetRecord, consumer: Any, spec: ConsumerSpec) -> None:
-    """Read partitions after the pointer into the working set as NEW, up to its bound."""
+def _fill(conn: Connection, dataset: DatasetRecord, consumer: Any,
+          spec: ConsumerSpec) -> Filled:
+    """Read partitions after the pointer into the working set as NEW, until it is full,
+    the feed has no more, or :data:`MAX_SCAN` partitions were skipped (``more``)."""
     size = conn.execute(select(func.count()).select_from(working_sets).where(
         working_sets.c.consumer_id == consumer["id"],
         working_sets.c.state.in_([NEW, IN_PROGRESS]))).scalar_one()
     room = spec.max_working_set_size - int(size)
+    start = Cursor(consumer["pointer_txid"], consumer["pointer_position"])
+    filled = Filled(dataset, start)
     if room <= 0:
-        return
+        return filled
     matches = check_filter(spec, dataset.partition_key).matches
-    cursor = Cursor(consumer["pointer_txid"], consumer["pointer_position"])
-    start, scanned = cursor, 0
     added: list[int] = []
-    while len(added) < room and scanned < MAX_SCAN:
-        batch = read_after(conn, dataset, cursor, _CHUNK)
+    while len(added) < room and filled.skipped < MAX_SCAN:
+        batch = read_after(conn, dataset, filled.cursor, _CHUNK)
         for partition in batch:
-            scanned += 1
-            cursor = partition.cursor
+            filled.cursor = partition.cursor
             if spec.in_window(partition.created_at) and matches(partition.columns,
                                                                 partition.metadata):
                 added.append(partition.id)
                 if len(added) == room:
                     break
+            else:
+                filled.skipped += 1
+                if filled.skipped == MAX_SCAN:
+                    filled.more = True
+                    break
         if len(batch) < _CHUNK:
             break
+    cursor = filled.cursor
     if added:
         conn.execute(insert(working_sets).values(
             consumer_id=consumer["id"], state=NEW, attempts=0, added_at=store_now()),
@@ -187,34 +242,35 @@ def _fill(conn: Connection, dataset: DatasetRecord, consumer: Any, spec: Consume
     if cursor != start:
         conn.execute(update(consumers).where(consumers.c.id == consumer["id"]).values(
             pointer_txid=cursor.txid, pointer_position=cursor.position))
+    return filled
 
 
 def _claim(conn: Connection, consumer_id: int, token: ClaimToken, limit: int,
            lease_seconds: float) -> list[int]:
-    query = (select(working_sets.c.partition_id)
-             .where(working_sets.c.consumer_id == consumer_id, working_sets.c.state == NEW)
-             .order_by(working_sets.c.partition_id).limit(limit))
+    """Mark up to ``limit`` NEW partitions IN_PROGRESS for the run, oldest first, in
+    one statement whatever ``limit`` is (no list of ids is sent)."""
+    ws = working_sets
+    query = (select(ws.c.partition_id)
+             .where(ws.c.consumer_id == consumer_id, ws.c.state == NEW)
+             .order_by(ws.c.partition_id).limit(limit))
     if conn.dialect.name == "postgresql":
         query = query.with_for_update(skip_locked=True)
-    chosen = list(conn.execute(query).scalars())
-    if chosen:
-        conn.execute(update(working_sets).where(
-            working_sets.c.consumer_id == consumer_id,
-            working_sets.c.partition_id.in_(chosen)).values(
-            state=IN_PROGRESS, job_id=token.job_id, job_attempt=token.attempt,
-            lease_expires_at=store_now(lease_seconds)))
-    return chosen
+    return sorted(conn.execute(update(ws).where(
+        ws.c.consumer_id == consumer_id, ws.c.partition_id.in_(query))
+        .values(state=IN_PROGRESS, job_id=token.job_id, job_attempt=token.attempt,
+                lease_expires_at=store_now(lease_seconds))
+        .returning(ws.c.partition_id)).scalars())
 
 
 def _handed(conn: Connection, dataset: DatasetRecord, consumer_id: int,
-            ids: list[int]) -> list[dict[str, Any]]:
-    """The partitions as steps see them, oldest first."""
-    if not ids:
-        return []
-    rows = conn.execute(select(partitions, working_sets.c.attempts)
-                        .join(working_sets, working_sets.c.partition_id == partitions.c.id)
-                        .where(partitions.c.id.in_(ids),
-                               working_sets.c.consumer_id == consumer_id)
+            token: ClaimToken) -> list[dict[str, Any]]:
+    """The partitions the run holds as steps see them, oldest first."""
+    ws = working_sets
+    rows = conn.execute(select(partitions, ws.c.attempts)
+                        .join(ws, ws.c.partition_id == partitions.c.id)
+                        .where(ws.c.consumer_id == consumer_id, ws.c.state == IN_PROGRESS,
+                               ws.c.job_id == token.job_id,
+                               ws.c.job_attempt == token.attempt)
                         .order_by(partitions.c.id)).mappings().all()
     handed = []
     for row in rows:

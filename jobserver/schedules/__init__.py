@@ -14,5 +14,5 @@ The package: ``spec`` (what a user writes, validated), ``timing`` (fire times),
 ``records`` and ``catalog`` (what users change and read: ``store.schedules``),
 ``store`` (the evaluator's side of the store), ``evaluator`` (the loop), ``api``
 with ``serialize`` and ``openapi`` (the HTTP routes); the command line is
-``jobserver.cli_schedules`` and ``jobserver.apply``.
+``jobserver.schedules.cli`` and ``jobserver.apply``.
 """

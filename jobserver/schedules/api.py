@@ -5,7 +5,8 @@ with an optional ``enabled`` beside its fields. ``PUT`` makes the schedule match
 body, creating or updating it (``?dry_run=true`` only says what would change); that is
 what ``jobserver apply`` sends. Scopes (``jobserver.api.auth``): reads need ``read``;
 create and update ``submit`` (and ``shell`` for a template with shell steps); enable,
-disable and delete ``operate``.
+disable and delete ``operate``, and so does an ``enabled`` in a body that would switch
+the schedule on or off (a new one created enabled included).
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jobserver.api import api
 from jobserver.api.auth import check_step_types
+from jobserver.api.caller import requester
+from jobserver.store.tokens import OPERATE
 from jobserver.api.requests import ID_CURSOR, named_as_url
 from jobserver.api.requests import id_cursor as _before
 from jobserver.api.requests import json_object as _body
 from jobserver.api.requests import no_body as _no_body
 from jobserver.api.requests import parse_query as _query
 from jobserver.exceptions import Forbidden, InvalidRequest
-from jobserver.schedules.catalog import CREATED, MAX_PAGE
+from jobserver.resources import CREATED, MAX_PAGE
 from jobserver.schedules.records import SCHEDULE_JOB_STATES
 from jobserver.schedules.serialize import evaluation_json, schedule_job_json, schedule_json
 from jobserver.schedules.spec import IDENT, ScheduleSpec, parse_schedule
@@ -79,6 +82,13 @@ def _spec(body: dict[str, Any]) -> tuple[ScheduleSpec, bool | None]:
     return spec, enabled
 
 
+def _may_switch() -> None:
+    """Switching a schedule on or off is an operator's act (as ``enable`` and
+    ``disable`` are), whichever route carries it: ``enabled`` in a body that would
+    change the flag needs ``operate``."""
+    requester().require(OPERATE, "enabled", "switching a schedule on or off")
+
+
 def _location(namespace: str, name: str) -> dict[str, str]:
     return {"Location": f"/api/v1/schedules/{namespace}/{name}"}
 
@@ -99,7 +109,9 @@ def list_schedules() -> ResponseReturnValue:
 @blueprint.post("")
 def create_schedule() -> ResponseReturnValue:
     spec, enabled = _spec(_body())
-    schedule = api().store.schedules.create(spec, bool(enabled))
+    if enabled:
+        _may_switch()
+    schedule = api().store.schedules.create(spec, bool(enabled), owner=requester().actor)
     return schedule_json(schedule), 201, _location(schedule.namespace, schedule.name)
 
 
@@ -114,7 +126,8 @@ def put_schedule(namespace: str, name: str) -> ResponseReturnValue:
     when given, must be the URL's."""
     dry_run = _query(PutQuery).dry_run
     spec, enabled = _spec(named_as_url(_body(), namespace, name))
-    result = api().store.schedules.put(spec, enabled, dry_run)
+    result = api().store.schedules.put(spec, enabled, dry_run, may_switch=_may_switch,
+                                       owner=requester().actor)
     reply = {"schedule": None if result.schedule is None else schedule_json(result.schedule),
              "change": result.change, "changed": result.changed, "dry_run": dry_run}
     created = result.change == CREATED and not dry_run

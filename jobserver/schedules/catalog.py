@@ -6,7 +6,11 @@ schedule-job not yet launched (engine jobs already launched run on). An update i
 delete and a create in one: the generation goes up, the evaluator's trigger state is
 reset and pending schedule-jobs are aborted, but the enabled flag stays (an enabled
 schedule's time triggers count from the update). Deleting disables, then removes the
-schedule with its schedule-jobs, evaluations and watches.
+schedule with its schedule-jobs, evaluations and watches. A new or changed spec whose
+triggers name a dataset, consumer or schedule that does not exist is refused
+(:mod:`jobserver.schedules.references`). Enabling (or an update while enabled)
+records where the partition feed stands, from which its partition triggers count
+(:class:`~jobserver.schedules.partitions.Since`).
 
 Every write is one transaction that first locks the schedule's row (``FOR UPDATE`` on
 PostgreSQL; SQLite's write transactions are serial anyway). The evaluator locks the
@@ -22,19 +26,22 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, RowMapping, and_, delete, insert, or_, select, update
+from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
 from jobserver.exceptions import Conflict, ConstraintViolation, NotFound
+from jobserver.resources import (UNCHANGED, find_row, found_row, name_page, next_after,
+                                 page_size, plan_put)
 from jobserver.schedules.records import (ABORTED, LAUNCHED, PENDING_STATES, EvaluationRecord,
                                          ScheduleJobRecord, ScheduleRecord)
-from jobserver.schedules.spec import ScheduleSpec, spec_hash, watch_targets
+from jobserver.schedules.partitions import since_state
+from jobserver.schedules.references import check_references
+from jobserver.schedules.spec import ScheduleSpec, load_spec, spec_hash, watch_targets
 from jobserver.schedules.store import insert_evaluations
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
 from jobserver.store import Transactions
 from jobserver.store.jobs import discard_waiting
+from jobserver.store.records import Actor
 
-MAX_PAGE = 500
-CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
 #: The reasons recorded on schedule-jobs aborted by a user's action.
 DISABLED, UPDATED_REASON = "schedule disabled", "schedule updated"
 #: Jobs launched ahead have fire times at most ``schedules.lead_time`` (≤ 300 s)
@@ -64,14 +71,17 @@ class ScheduleCatalog:
         self._clock = clock
 
     # -- writes -----------------------------------------------------------------------
-    def create(self, spec: ScheduleSpec, enabled: bool = False) -> ScheduleRecord:
-        """Store a new schedule (disabled unless ``enabled``); :class:`Conflict` if the
-        namespace already has one of that name."""
+    def create(self, spec: ScheduleSpec, enabled: bool = False, *,
+               owner: Actor | None = None) -> ScheduleRecord:
+        """Store a new schedule (disabled unless ``enabled``) saved by ``owner``;
+        :class:`Conflict` if the namespace already has one of that name."""
         try:
             with self._tx.write() as conn:
-                if self._lock(conn, spec.namespace, spec.name) is not None:
+                if find_row(conn, schedules, namespace=spec.namespace,
+                            name=spec.name) is not None:
                     raise _exists(spec)
-                schedule_id = self._insert(conn, spec, enabled)
+                check_references(conn, spec)
+                schedule_id = self._insert(conn, spec, enabled, owner)
                 return self._get(conn, schedule_id)
         except ConstraintViolation:
             raise _exists(spec) from None  # a concurrent create won the insert
@@ -80,29 +90,40 @@ class ScheduleCatalog:
         """Replace the spec of an existing schedule (see the module's docstring)."""
         with self._tx.write() as conn:
             row = self._locked(conn, spec.namespace, spec.name)
+            check_references(conn, spec)
             self._replace(conn, row, spec)
             return self._get(conn, row["id"])
 
     def put(self, spec: ScheduleSpec, enabled: bool | None = None,
-            dry_run: bool = False) -> PutResult:
+            dry_run: bool = False, may_switch: Callable[[], None] | None = None,
+            owner: Actor | None = None) -> PutResult:
         """Create or update to match ``spec``, and enable or disable to match
         ``enabled`` (None: keep the flag; a new schedule is then disabled). Nothing is
-        written when nothing changes, or on a ``dry_run``."""
+        written when nothing changes, or on a ``dry_run``. ``may_switch`` is called,
+        under the row's lock, when the put would switch the schedule on or off (a
+        new one created enabled included): it raises when the caller may not. A new or
+        changed spec records ``owner`` as the schedule's owner."""
         document, digest = spec.model_dump(mode="json"), spec_hash(spec)
         try:
             with self._tx.read() if dry_run else self._tx.write() as conn:
-                row = self._lock(conn, spec.namespace, spec.name, not dry_run)
+                row = find_row(conn, schedules, not dry_run, namespace=spec.namespace,
+                               name=spec.name)
                 change, changed = plan_put(row, document, digest, enabled)
+                if may_switch is not None and ("enabled" in changed
+                                               or (row is None and enabled)):
+                    may_switch()
+                if not dry_run and (row is None or digest != row["spec_hash"]):
+                    check_references(conn, spec)
                 if row is None and not dry_run:
-                    return PutResult(self._get(conn, self._insert(conn, spec, bool(enabled))),
-                                     change, changed)
+                    return PutResult(self._get(conn, self._insert(conn, spec, bool(enabled),
+                                                                  owner)), change, changed)
                 if row is None or dry_run or change == UNCHANGED:
                     return PutResult(None if row is None else self._get(conn, row["id"]),
                                      change, changed)
                 if digest != row["spec_hash"]:
-                    self._replace(conn, row, spec)
+                    self._replace(conn, row, spec, owner)
                 if enabled is not None and enabled != row["enabled"]:
-                    self._set_enabled(conn, row["id"], enabled)
+                    self._set_enabled(conn, row["id"], enabled, spec)
                 return PutResult(self._get(conn, row["id"]), change, changed)
         except ConstraintViolation:
             raise _exists(spec) from None
@@ -113,7 +134,7 @@ class ScheduleCatalog:
         with self._tx.write() as conn:
             row = self._locked(conn, namespace, name)
             if not row["enabled"]:
-                self._set_enabled(conn, row["id"], True)
+                self._set_enabled(conn, row["id"], True, load_spec(row["spec"]))
             return self._get(conn, row["id"])
 
     def disable(self, namespace: str, name: str) -> ScheduleRecord:
@@ -144,25 +165,16 @@ class ScheduleCatalog:
              ) -> tuple[builtins.list[ScheduleRecord], tuple[str, str] | None]:
         """Ordered by (namespace, name); returns the page and the ``after`` of the next
         page (None on the last)."""
-        limit = max(1, min(limit, MAX_PAGE))
-        query = (select(schedules).order_by(schedules.c.namespace, schedules.c.name)
-                 .limit(limit + 1))
-        if namespace is not None:
-            query = query.where(schedules.c.namespace == namespace)
+        limit = page_size(limit)
+        query = name_page(schedules, limit, namespace, after)
         if enabled is not None:
             query = query.where(schedules.c.enabled == enabled)
-        if after is not None:
-            query = query.where(or_(schedules.c.namespace > after[0],
-                                    and_(schedules.c.namespace == after[0],
-                                         schedules.c.name > after[1])))
         with self._tx.read() as conn:
             rows = conn.execute(query).mappings().all()
             page = rows[:limit]
             pending = self._pending(conn, [row["id"] for row in page])
         records = [ScheduleRecord.from_row(row, pending.get(row["id"])) for row in page]
-        last = page[-1] if page else None
-        return records, ((last["namespace"], last["name"])
-                         if last is not None and len(rows) > limit else None)
+        return records, next_after(rows, limit)
 
     def schedule_jobs(self, namespace: str, name: str, state: str | None = None,
                       limit: int = 50, before_id: int | None = None,
@@ -191,34 +203,27 @@ class ScheduleCatalog:
         return [EvaluationRecord.from_row(row) for row in rows[:limit]], _next_id(rows, limit)
 
     # -- inside a transaction -----------------------------------------------------------
-    def _lock(self, conn: Connection, namespace: str, name: str,
-              lock: bool = True) -> RowMapping | None:
-        query = select(schedules).where(schedules.c.namespace == namespace,
-                                        schedules.c.name == name)
-        if lock and self._tx.dialect == "postgresql":
-            query = query.with_for_update()
-        return conn.execute(query).mappings().first()
-
-    def _locked(self, conn: Connection, namespace: str, name: str,
-                lock: bool = True) -> RowMapping:
-        row = self._lock(conn, namespace, name, lock)
-        if row is None:
-            raise NotFound(f"schedule {namespace}/{name} does not exist",
+    @staticmethod
+    def _locked(conn: Connection, namespace: str, name: str, lock: bool = True) -> RowMapping:
+        missing = NotFound(f"schedule {namespace}/{name} does not exist",
                            {"namespace": namespace, "name": name})
-        return row
+        return found_row(conn, schedules, missing, lock, namespace=namespace, name=name)
 
-    def _insert(self, conn: Connection, spec: ScheduleSpec, enabled: bool) -> int:
+    def _insert(self, conn: Connection, spec: ScheduleSpec, enabled: bool,
+                owner: Actor | None) -> int:
         now = self._clock()
         schedule_id = conn.execute(insert(schedules).values(
             namespace=spec.namespace, name=spec.name, generation=1,
             spec=spec.model_dump(mode="json"), spec_hash=spec_hash(spec), enabled=enabled,
-            trigger_state={}, next_check_at=now if enabled else None, created_at=now,
-            updated_at=now, enabled_at=now if enabled else None,
+            trigger_state=since_state(conn, spec) if enabled else {},
+            next_check_at=now if enabled else None, created_at=now,
+            updated_at=now, enabled_at=now if enabled else None, **_owner(owner),
         ).returning(schedules.c.id)).scalar_one()
         self._watch(conn, schedule_id, spec)
         return int(schedule_id)
 
-    def _replace(self, conn: Connection, row: RowMapping, spec: ScheduleSpec) -> None:
+    def _replace(self, conn: Connection, row: RowMapping, spec: ScheduleSpec,
+                 owner: Actor | None = None) -> None:
         """An update: a new generation with a fresh trigger state; pending
         schedule-jobs of the old one are aborted. As for a new schedule, time
         triggers count from now: the evaluator's cursors start at ``enabled_at``."""
@@ -226,18 +231,24 @@ class ScheduleCatalog:
         self._abort_pending(conn, row["id"], UPDATED_REASON)
         conn.execute(update(schedules).where(schedules.c.id == row["id"]).values(
             generation=schedules.c.generation + 1, spec=spec.model_dump(mode="json"),
-            spec_hash=spec_hash(spec), trigger_state={},
+            spec_hash=spec_hash(spec),
+            trigger_state=since_state(conn, spec) if row["enabled"] else {},
             next_check_at=now if row["enabled"] else None, updated_at=now,
-            enabled_at=now if row["enabled"] else row["enabled_at"]))
+            enabled_at=now if row["enabled"] else row["enabled_at"], **_owner(owner)))
         self._watch(conn, row["id"], spec)
 
-    def _set_enabled(self, conn: Connection, schedule_id: int, enabled: bool) -> None:
-        """Enable (a fresh trigger state: the disabled period is not caught up) or
-        disable (abort what is pending; nothing is checked until enabled again)."""
+    def _set_enabled(self, conn: Connection, schedule_id: int, enabled: bool,
+                     spec: ScheduleSpec | None = None) -> None:
+        """Enable (a fresh trigger state: the disabled period is not caught up, and
+        partition triggers count what commits after this transaction) or disable
+        (abort what is pending; nothing is checked until enabled again). Enabling
+        needs the schedule's ``spec``."""
         now = self._clock()
         values: dict[str, Any] = {"enabled": enabled, "updated_at": now}
         if enabled:
-            values.update(enabled_at=now, trigger_state={}, next_check_at=now)
+            assert spec is not None
+            values.update(enabled_at=now, trigger_state=since_state(conn, spec),
+                          next_check_at=now)
         else:
             values.update(next_check_at=None)
             self._abort_pending(conn, schedule_id, DISABLED)
@@ -320,30 +331,24 @@ def _exists(spec: ScheduleSpec) -> Conflict:
                     {"field": "name", "namespace": spec.namespace, "name": spec.name})
 
 
-def plan_put(row: RowMapping | None, document: dict[str, Any], digest: str,
-          enabled: bool | None) -> tuple[str, builtins.list[str]]:
-    """What a put changes: ``(change, changed top-level fields)``."""
-    if row is None:
-        return CREATED, []
-    changed: builtins.list[str] = []
-    if digest != row["spec_hash"]:
-        old = row["spec"]
-        changed = [key for key in {**document, **old} if document.get(key) != old.get(key)]
-        changed = changed or ["spec"]  # equal JSON, different digest: still a new spec
-    if enabled is not None and enabled != bool(row["enabled"]):
-        changed.append("enabled")
-    return (UPDATED if changed else UNCHANGED), changed
+def _owner(owner: Actor | None) -> dict[str, Any]:
+    """The owner columns of a schedule saved by ``owner``."""
+    return {"owner": None if owner is None else owner.name[:200],
+            "owner_token_id": None if owner is None else owner.token_id}
 
 
 def _page(conn: Connection, query: Any, id_column: Any, limit: int,
           before_id: int | None) -> builtins.list[RowMapping]:
     """Up to ``limit`` + 1 rows, newest first (the extra one tells that more follow)."""
-    limit = max(1, min(limit, MAX_PAGE))
+    limit = page_size(limit)
     if before_id is not None:
         query = query.where(id_column < before_id)
     return list(conn.execute(query.order_by(id_column.desc()).limit(limit + 1)).mappings())
 
 
 def _next_id(rows: builtins.list[RowMapping], limit: int) -> int | None:
-    limit = max(1, min(limit, MAX_PAGE))
+    limit = page_size(limit)
     return int(rows[limit - 1]["id"]) if len(rows) > limit else None
+
+
+__all__ = ["PutResult", "ScheduleCatalog"]

@@ -38,8 +38,8 @@ from jobserver.exceptions import TriggerError
 from jobserver.planner import PlannerLoop, PlannerSeat
 from jobserver.schedules.firing import (Facts, Outcome, check_time, constrain,
                                         launches_ahead, notify, schedule_of_key)
-from jobserver.schedules.launcher import Launcher
-from jobserver.schedules.partitions import PartitionCounter, PartitionFeed
+from jobserver.schedules.launcher import Budget, Launcher
+from jobserver.schedules.partitions import PartitionCounter, PartitionFeed, start_feeds
 from jobserver.schedules.spec import ScheduleSpec, TimeTrigger, load_spec
 from jobserver.schedules.store import Draft, Due, EvaluatorStore, Evaluation
 from jobserver.schedules.timing import FireTimes
@@ -77,10 +77,11 @@ class ScheduleEvaluator(PlannerLoop):
                  policy: Policy, metrics: Any = None,
                  clock: Callable[[], datetime] = utcnow,
                  stopping: threading.Event | None = None,
-                 release: Callable[[], None] | None = None) -> None:
+                 release: Callable[[], None] | None = None,
+                 budget: Budget | None = None) -> None:
         super().__init__("schedules", seat, config.poll_interval, stopping=stopping)
         self.store = EvaluatorStore(store.tx)
-        self._launcher = Launcher(self.store, store.jobs, policy, metrics, clock)
+        self._launcher = Launcher(self.store, store.jobs, policy, metrics, clock, budget)
         self._config = config
         self._metrics = metrics
         self._clock = clock
@@ -123,7 +124,7 @@ class ScheduleEvaluator(PlannerLoop):
         elif self._feed_skipped_at is None or now - self._feed_skipped_at >= FEED_SKIP_EVERY:
             self._feed_skipped_at = now
             with self.store.fenced(key, fence) as conn:
-                self.store.skip_feed(conn)  # nothing watches: a new watcher starts near now
+                self.store.skip_feed(conn)  # unless a watcher came since the overview
         if work.next_check is not None and work.next_check <= now:
             started, fired = time.monotonic(), self._config.batch
             while fired >= self._config.batch:
@@ -229,12 +230,29 @@ class ScheduleEvaluator(PlannerLoop):
         return bool(outcome.drafts)
 
     def _partition_notes(self, conn: Connection, notes: dict[int, list[Any]]) -> None:
-        """New partitions of the watched datasets, to each schedule watching one."""
-        watching = self.store.dataset_watchers(conn) if self.partition_feeds else {}
-        for feed in self.partition_feeds if watching else []:
-            for batch in feed.read(conn, PARTITION_READ, set(watching)):
-                for schedule_id in watching[batch.dataset.full_name]:
-                    notes.setdefault(schedule_id, []).append(("dataset", batch))
+        """New partitions of the watched datasets, to each schedule watching one.
+
+        A partition committed after a schedule's enabling reaches it, whatever this
+        evaluator was doing then: a dataset's cursor starts at or before the earliest
+        start of its schedules (:func:`start_feeds`), and the schedules a batch goes to
+        are read *after* the partitions. A schedule whose enabling committed before
+        that read is found (and counts what came after its start, :class:`Since`); one
+        whose enabling committed later was enabled after every partition of the batch
+        had been committed (on PostgreSQL the feed reads only transactions ended
+        before its read began; SQLite's writers are serialised), so the cursor may
+        move past them."""
+        if not self.partition_feeds:
+            return
+        watched = set(self.store.dataset_watchers(conn))
+        if not watched:
+            return
+        start_feeds(conn, watched)
+        batches = [batch for feed in self.partition_feeds
+                   for batch in feed.read(conn, PARTITION_READ, watched)]
+        watching = self.store.dataset_watchers(conn) if batches else {}
+        for batch in batches:
+            for schedule_id in watching.get(batch.dataset.full_name, []):
+                notes.setdefault(schedule_id, []).append(("dataset", batch))
 
     def _job_notes(self, conn: Connection, now: datetime) -> dict[int, list[Any]]:
         cursor, events = self.store.read_feed(conn, self._config.batch)
@@ -321,8 +339,8 @@ class ScheduleEvaluator(PlannerLoop):
                 return
             with self.store.fenced(key, fence) as conn:
                 self._releases.update(self._launcher.launch(conn, launches))
-            if len(launches) < self._config.batch:
-                return
+            if len(launches) < self._config.batch or self._launcher.deferred:
+                return  # the rest wait for their owners' budgets: the next round
 
     # -- helpers --------------------------------------------------------------------------
     def _spec(self, due: Due) -> ScheduleSpec:
@@ -344,14 +362,8 @@ class ScheduleEvaluator(PlannerLoop):
         return times
 
     def _facts(self, conn: Connection) -> Facts:
-        cache: dict[str, tuple[int, datetime | None]] = {}
-
-        def facts(job_name: str) -> tuple[int, datetime | None]:
-            if job_name not in cache:
-                cache[job_name] = (self.store.active_runs(conn, job_name),
-                                   self.store.last_success_start(conn, job_name))
-            return cache[job_name]
-        return facts
+        return Facts(lambda job_name: (self.store.active_runs(conn, job_name),
+                                       self.store.last_success_start(conn, job_name)))
 
     def _count(self, outcome: Outcome) -> None:
         if self._metrics is None:

@@ -1,13 +1,14 @@
 """One schedule's evaluation: fire times due, catch-up, and its schedule-jobs' moves.
 
-Pure but for ``facts``, the callable that reads what run constraints need from the
-store. The lifecycle (CDAP's): a trigger notification goes to the schedule's one
+Pure but for ``facts`` (:class:`Facts`), which reads what run constraints need from
+the store. The lifecycle (CDAP's): a trigger notification goes to the schedule's one
 schedule-job in PENDING_TRIGGER or PENDING_CONSTRAINTS, or creates it; once the
 trigger is satisfied the constraints are checked: met → PENDING_LAUNCH (its launch
 key fixed), unmet in abort mode → ABORTED, unmet in wait mode → checked again at
 the earliest time a verdict can change. Notifications that reach a schedule-job
 already in PENDING_CONSTRAINTS join it (one job holds every notification) instead of
-creating a second one. A schedule-job not in PENDING_LAUNCH by its deadline (the
+creating a second one; a fire time that joins one is recorded as skipped (reason
+``pending``), since it is never launched on its own. A schedule-job not in PENDING_LAUNCH by its deadline (the
 schedule's ``timeout`` after its creation) is ABORTED.
 """
 
@@ -27,8 +28,34 @@ from jobserver.schedules.triggers import Notification, deliver, explain, fired_p
 
 #: Fire times enumerated per time trigger and round; more are left for the next round.
 MAX_FIRES = 1000
-#: ``(active runs, last successful start)`` of a template's job name.
-Facts = Callable[[str], tuple[int, datetime | None]]
+#: Reads ``(active runs, last successful start)`` of a template's job name.
+ReadRuns = Callable[[str], tuple[int, datetime | None]]
+
+
+class Facts:
+    """What run constraints read about a template's runs, read once per evaluator
+    transaction, with the launches decided in that transaction counted as active
+    runs.
+
+    Invariant: the active runs it reports are at least those the store will hold
+    when the transaction commits. Launches are submitted at the end of the
+    transaction that decides them, so without counting them several fire times due
+    in one round (``catchup: all``), or several schedules of one template, would all
+    pass a ``concurrency`` limit that only one of them may take."""
+
+    def __init__(self, read: ReadRuns) -> None:
+        self._read = read
+        self._seen: dict[str, tuple[int, datetime | None]] = {}
+
+    def __call__(self, job_name: str) -> tuple[int, datetime | None]:
+        if job_name not in self._seen:
+            self._seen[job_name] = self._read(job_name)
+        return self._seen[job_name]
+
+    def launching(self, job_name: str) -> None:
+        """Count a launch of ``job_name`` decided in this transaction as a run."""
+        active, last = self(job_name)
+        self._seen[job_name] = (active + 1, last)
 
 
 @dataclass
@@ -58,9 +85,12 @@ class Outcome:
             self._tracked.add(id(draft))
             self.drafts.append(draft)
 
-    def skip(self, due: Due, fire_time: datetime, reason: str, why: str) -> None:
+    def skip(self, due: Due, fire_time: datetime, reason: str, why: str,
+             draft: Draft | None = None) -> None:
+        """Record ``fire_time`` as passed over for ``reason`` (and counted in
+        ``fire_times_skipped_total``); ``draft``: the schedule-job it went to."""
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
-        self.evaluations.append(Evaluation(due.id, "skipped", why, fire_time=fire_time,
+        self.evaluations.append(Evaluation(due.id, "skipped", why, draft, fire_time,
                                            details={"reason": reason}))
 
 
@@ -155,7 +185,8 @@ def notify(spec: ScheduleSpec, due: Due, pending: Draft | None, notes: list[Noti
         outcome.track(pending)
         pending.notifications.append(note.to_json())
         if pending.state != "PENDING_TRIGGER":
-            continue  # it holds the notification; it does not start a second job
+            _joined(due, pending, note, outcome)  # it does not start a second job
+            continue
         pending.trigger_state = deliver(spec.trigger, pending.trigger_state, note)
         if not satisfied(spec.trigger, pending.trigger_state):
             outcome.evaluations.append(Evaluation(
@@ -169,6 +200,21 @@ def notify(spec: ScheduleSpec, due: Due, pending: Draft | None, notes: list[Noti
         if constrain(spec, due, pending, now, facts, outcome, fired):
             pending = None
     return pending
+
+
+def _joined(due: Due, pending: Draft, note: Notification, outcome: Outcome) -> None:
+    """A fire time that reached a schedule-job waiting for its constraints is held by
+    it (CDAP: one pending schedule-job per schedule) and never launched on its own:
+    recorded as skipped, linked to that schedule-job. Job events and partitions it
+    holds are in its notifications, and have no fire time to miss."""
+    if note.fire_time is None:
+        return
+    held = (f" of fire time {pending.fire_time:%Y-%m-%d %H:%M:%S}Z"
+            if pending.fire_time is not None else "")
+    outcome.skip(due, note.fire_time, "pending",
+                 f"joined the pending schedule-job{held}, which waits for its "
+                 "constraints: one pending schedule-job per schedule, this fire time is "
+                 "not launched on its own", pending)
 
 
 def _part(note: Notification) -> str:
@@ -213,6 +259,8 @@ def constrain(spec: ScheduleSpec, due: Due, draft: Draft, now: datetime, facts: 
         return False
     draft.state, draft.next_check_at, draft.reason = "PENDING_LAUNCH", None, None
     draft.launch_key = launch_key(due, draft)
+    if spec.constraints:
+        facts.launching(spec.template.name)
     outcome.evaluations.append(Evaluation(
         due.id, "pending_launch" if fired is None else "fired",
         reasons if fired is None else f"{fired}; {reasons}", draft, draft.fire_time, details))

@@ -25,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from jobserver.api.limits import SubmitLimiter
 from jobserver.exceptions import InvalidRequest
 from jobserver.schedules.firing import Outcome
 from jobserver.schedules.records import ABORTED, LAUNCHED, PENDING_LAUNCH
@@ -43,10 +44,23 @@ DECIDING = ("fired", "pending_launch")
 BUILT_CACHE = 50_000
 
 
+#: Whether the budget named by a schedule's owner key (jobserver.schedules.store.owner_key)
+#: has one more launch in it now; it takes the launch when it has.
+Budget = Callable[[str], bool]
+#: Why a launch waits for its owner's budget.
+OVER_BUDGET = ("its owner submits faster than api.submit_rate: launched once the "
+               "owner's budget allows")
+
+
 class Launcher:
     def __init__(self, store: EvaluatorStore, jobs: JobRepository, policy: Policy,
-                 metrics: Any, clock: Callable[[], datetime]) -> None:
+                 metrics: Any, clock: Callable[[], datetime],
+                 budget: Budget | None = None) -> None:
         self._store = store
+        self._budget = budget
+        #: How many launches the last call left in PENDING_LAUNCH for their owner's
+        #: budget: the evaluator comes back for them soon, not at the next due time.
+        self.deferred = 0
         self._jobs = jobs
         self._policy = policy
         self._metrics = metrics
@@ -62,6 +76,7 @@ class Launcher:
         drafts = self._not_launched_before(conn, outcome, [
             draft for draft in outcome.drafts
             if draft.state == PENDING_LAUNCH and draft.launch_key is not None])
+        drafts = self._affordable(drafts, dues, outcome)
         if not drafts:
             return set()
         now = self._clock()
@@ -83,6 +98,26 @@ class Launcher:
                 self._record_launch(draft, done, outcome, deciding.get(id(draft)))
         return {draft.fire_time for draft in drafts
                 if draft.fire_time is not None and draft.fire_time > now}
+
+    def _affordable(self, drafts: list[Draft], dues: dict[int, Due],
+                    outcome: Outcome) -> list[Draft]:
+        """``drafts`` whose owner's budget has a launch for each (taken now); the
+        others stay in PENDING_LAUNCH, saved as such, and are launched by a later
+        round (:meth:`launch`), each fire time once, as a launch left by a node that
+        died after deciding is."""
+        self.deferred = 0
+        if self._budget is None:
+            return drafts
+        kept = []
+        for draft in drafts:
+            if self._budget(dues[draft.schedule_id].owner_key):
+                kept.append(draft)
+                continue
+            self.deferred += 1
+            draft.reason = OVER_BUDGET
+            outcome.evaluations.append(Evaluation(draft.schedule_id, "pending_launch",
+                                                  OVER_BUDGET, draft, draft.fire_time))
+        return kept
 
     def _not_launched_before(self, conn: Connection, outcome: Outcome,
                              drafts: list[Draft]) -> list[Draft]:
@@ -126,7 +161,13 @@ class Launcher:
     def launch(self, conn: Connection, launches: list[Launch]) -> set[datetime]:
         """Submit the jobs of ``launches`` (schedule-jobs in PENDING_LAUNCH in the
         store) and record the outcome in ``conn`` (the caller's fenced
-        transaction); returns the fire times the jobs launched ahead wait for."""
+        transaction); returns the fire times the jobs launched ahead wait for. Launches
+        whose owner's budget is spent stay in PENDING_LAUNCH (:attr:`deferred`)."""
+        self.deferred = 0
+        if self._budget is not None:
+            affordable = [launch for launch in launches if self._budget(launch.owner_key)]
+            self.deferred = len(launches) - len(affordable)
+            launches = affordable
         if not launches:
             return set()
         now = self._clock()
@@ -226,10 +267,18 @@ class Launcher:
         return rows
 
 
+def owner_budget(rate: float, burst: int) -> Budget:
+    """Each owner's launches limited as its submits are (``api.submit_rate`` and
+    ``api.submit_burst``), in a bucket of the evaluating node: one node evaluates at a
+    time, so a token's schedules together launch no faster than the token submits."""
+    limiter = SubmitLimiter(rate, burst)
+    return lambda key: limiter.wait_time(key) <= 0
+
+
 def _launch_of(draft: Draft, due: Due) -> Launch:
     return Launch(draft.id or 0, draft.schedule_id, draft.generation,
                   draft.launch_key or "", draft.fire_time, draft.created_at,
-                  draft.properties, due.spec, due.qualified)
+                  draft.properties, due.spec, due.qualified, due.owner_key)
 
 
 def _launched(job_id: int, lag: float, timed: bool) -> str:

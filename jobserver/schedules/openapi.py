@@ -6,10 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from jobserver.api.openapi import (errors, exact, json_response, named_links, named_params,
+from jobserver.api.openapi import (ACTOR, errors, exact, json_response, named_links, named_params,
                                    put_body, query_param, ref)
 from jobserver.schedules.records import SCHEDULE_JOB_STATES
-from jobserver.schedules.spec import IDENT
+from jobserver.names import IDENT
 
 _text = {"type": "string"}
 _nullable_text = {"type": ["string", "null"]}
@@ -30,7 +30,7 @@ SCHEDULE = exact({
     "generation": {"type": "integer"}, "enabled": {"type": "boolean"},
     "spec": {"type": "object"}, "spec_hash": _text, "trigger_text": _nullable_text,
     "next_fire_time": _time, "next_check_at": _time, "created_at": _time,
-    "updated_at": _time, "enabled_at": _time,
+    "updated_at": _time, "enabled_at": _time, "owner": ACTOR,
     "pending": {"anyOf": [ref("ScheduleJob"), {"type": "null"}]}})
 
 EVALUATION = exact({

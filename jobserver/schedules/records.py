@@ -90,6 +90,9 @@ class ScheduleRecord:
     updated_at: datetime
     enabled_at: datetime | None
     pending: ScheduleJobRecord | None = None
+    #: Who last saved the template (its launches are charged to them), if known.
+    owner: str | None = None
+    owner_token_id: int | None = None
 
     @classmethod
     def from_row(cls, mapping: Any, pending: ScheduleJobRecord | None = None) -> ScheduleRecord:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from jobserver.api.serialize import actor_json
 from jobserver.schedules.catalog import utcnow
 from jobserver.schedules.records import EvaluationRecord, ScheduleJobRecord, ScheduleRecord
 from jobserver.exceptions import JobServerError
@@ -34,6 +35,7 @@ def schedule_json(schedule: ScheduleRecord) -> dict[str, Any]:
         "next_check_at": _time(schedule.next_check_at),
         "created_at": _time(schedule.created_at), "updated_at": _time(schedule.updated_at),
         "enabled_at": _time(schedule.enabled_at),
+        "owner": actor_json(schedule.owner, schedule.owner_token_id),
         "pending": None if schedule.pending is None else schedule_job_json(schedule.pending),
     }
 

@@ -10,47 +10,26 @@ the evaluator can run (every cron expression has been turned into fire times onc
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from annotated_types import Gt, Le
-from pydantic import (AfterValidator, AwareDatetime, BeforeValidator, Field,
-                      StringConstraints, WithJsonSchema, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BeforeValidator, Field, StringConstraints,
+                      WithJsonSchema, field_validator, model_validator)
 
-from jobserver.exceptions import InvalidRequest, JobServerError
-from jobserver.spec import (JobSpec, JsonObject, Policy, StrictModel, Text, field_path,
-                            parse_model, refuse, validate_job, validation_message)
+from jobserver.exceptions import JobServerError
+from jobserver.names import IDENT
+from jobserver.resources import (Ident, Instant, NamespacedSpec, check_template, matching,
+                                 model_digest, parse_resource)
+from jobserver.spec import JobSpec, JsonObject, Policy, StrictModel, Text, refuse
 
-IDENT = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
-_IDENT = re.compile(IDENT)
-_REF = re.compile(rf"(?:{IDENT}/)?{IDENT}")
-
-
-def _ident(value: str) -> str:
-    if not _IDENT.fullmatch(value):
-        raise ValueError("1 to 64 letters, digits, '_', '.' or '-', starting with a letter "
-                         "or digit (no '/')")
-    return value
-
-
-def _ref(value: str) -> str:
-    if not _REF.fullmatch(value):
-        raise ValueError("'namespace/name' or 'name', each 1 to 64 letters, digits, '_', '.' "
-                         "or '-'")
-    return value
-
-
-Ident = Annotated[str, AfterValidator(_ident),
-                  WithJsonSchema({"type": "string", "pattern": f"^{IDENT}$"})]
 #: "namespace/name", or "name" for the schedule's own namespace.
-Ref = Annotated[str, AfterValidator(_ref),
-                WithJsonSchema({"type": "string", "pattern": f"^{_REF.pattern}$"})]
+Ref = Annotated[str, *matching(rf"(?:{IDENT}/)?{IDENT}", "'namespace/name' or 'name', each "
+                                "1 to 64 letters, digits, '_', '.' or '-'")]
 
 MAX_DURATION = 3650 * 86400.0
 MAX_NESTING = 5
@@ -76,10 +55,6 @@ Duration = Annotated[
     float, BeforeValidator(_duration), Gt(0), Le(MAX_DURATION),
     WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0},
                               {"type": "string", "pattern": f"^{_DURATION.pattern}$"}]})]
-
-
-def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(timezone.utc)
 
 
 def _zone(value: str) -> str:
@@ -129,7 +104,7 @@ class TimeTrigger(StrictModel):
     interval: Duration | None = None
     calendar: CalendarInterval | None = None
     timezone: TimeZone = "UTC"
-    start: Annotated[AwareDatetime, AfterValidator(_to_utc)] | None = Field(
+    start: Instant | None = Field(
         default=None, description="the anchor of an interval or calendar interval")
     properties: Properties
 
@@ -178,7 +153,9 @@ class JobStatusTrigger(StrictModel):
 def _condition(value: str) -> str:
     """A filter condition's syntax (``date >= 2026-11-01``, ``shop in (a, b)``,
     ``meta.source = x``); its field is checked against the dataset's key when the
-    trigger is evaluated, since the dataset may be declared after the schedule."""
+    schedule is saved (:mod:`jobserver.schedules.references`, which needs the
+    dataset) and again when the trigger is evaluated, since the dataset may have been
+    declared again with another key since."""
     from jobserver.datasets.filters import split_condition
 
     split_condition(value)
@@ -285,11 +262,9 @@ Constraint = Annotated[Union[ConcurrencyConstraint, DelayConstraint, TimeWindowC
                              SinceLastRunConstraint], Field(discriminator="type")]
 
 
-class ScheduleSpec(StrictModel):
+class ScheduleSpec(NamespacedSpec):
     """A schedule as submitted; its ``properties`` become each launched job's params."""
 
-    namespace: Ident = "default"
-    name: Ident
     description: str | None = Field(default=None, max_length=500)
     template: JobSpec
     properties: Properties
@@ -303,40 +278,18 @@ class ScheduleSpec(StrictModel):
     misfire_grace: Duration = Field(default=60.0, description=(
         "how late a fire time may be seen and still count as on time"))
 
-    @property
-    def qualified_name(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
 
 _TAGS = frozenset({"time", "job_status", "partition", "and", "or", "concurrency", "delay",
                    "time_window", "since_last_run"})
 
 
-def _path(loc: Iterable[Any]) -> str:
-    """Like :func:`jobserver.spec.field_path`, also dropping trigger and constraint tags."""
-    return field_path(part for part in loc if not (isinstance(part, str) and part in _TAGS))
-
-
 def parse_schedule(body: bytes | str | dict, policy: Policy) -> ScheduleSpec:
     """Parse and validate a schedule; raise :class:`InvalidRequest` (every problem in
     ``details``, the first in the message) or :class:`MalformedRequest` (not JSON)."""
-    spec = parse_model(ScheduleSpec, body, _problem)
-    _check_template(spec, policy)
+    spec = parse_resource(ScheduleSpec, body, _TAGS)
+    check_template(spec.template, policy, "template")
     refuse(_check_trigger(spec.trigger, "trigger", 0))
     return spec
-
-
-def _problem(error: Mapping[str, Any]) -> dict[str, str]:
-    return {"field": _path(error["loc"]), "message": validation_message(error)}
-
-
-def _check_template(spec: ScheduleSpec, policy: Policy) -> None:
-    try:
-        validate_job(spec.template, policy)
-    except InvalidRequest as exc:
-        details = [{"field": f"template.{d['field']}", "message": d["message"]}
-                   for d in exc.details or []]
-        raise InvalidRequest(f"template.{exc.message}", details) from None
 
 
 def _check_trigger(trigger: Any, where: str, depth: int) -> list[dict[str, str]]:
@@ -375,9 +328,7 @@ def load_spec(stored: dict[str, Any]) -> ScheduleSpec:
 
 def spec_hash(spec: ScheduleSpec) -> str:
     """The digest of the spec's canonical JSON: equal specs, equal hashes."""
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True,
-                           separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return model_digest(spec)
 
 
 def leaves(trigger: Trigger) -> list[tuple[str, LeafTrigger]]:

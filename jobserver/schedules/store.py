@@ -45,10 +45,21 @@ class Due:
     spec: dict[str, Any]
     trigger_state: dict[str, Any]
     enabled_at: datetime
+    #: Whose submit rate its launches are charged to (:func:`owner_key`).
+    owner_key: str = ""
 
     @property
     def qualified(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+def owner_key(owner: str | None, token_id: int | None, qualified: str) -> str:
+    """The submit budget a schedule's launches take from: its owner's, as the API's
+    limiter names it (a stored token by id, a config token by name), or, with no owner
+    recorded, one of the schedule's own."""
+    if token_id is not None:
+        return f"token:{token_id}"
+    return owner if owner is not None else f"schedule {qualified}"
 
 
 @dataclass
@@ -120,6 +131,7 @@ class Launch:
     properties: dict[str, Any]
     spec: dict[str, Any]
     qualified: str
+    owner_key: str = ""
 
 
 class EvaluatorStore:
@@ -141,7 +153,8 @@ class EvaluatorStore:
         against the API's writes until the transaction ends."""
         query = select(schedules.c.id, schedules.c.namespace, schedules.c.name,
                        schedules.c.generation, schedules.c.spec, schedules.c.trigger_state,
-                       schedules.c.enabled_at, schedules.c.created_at)
+                       schedules.c.enabled_at, schedules.c.created_at, schedules.c.owner,
+                       schedules.c.owner_token_id)
         if ids is None:
             query = (query.where(schedules.c.enabled, schedules.c.next_check_at <= now)
                      .order_by(schedules.c.next_check_at).limit(limit))
@@ -151,7 +164,8 @@ class EvaluatorStore:
             query = query.with_for_update(of=schedules)
         return [Due(row.id, row.namespace, row.name, row.generation, row.spec,
                     dict(row.trigger_state or {}),
-                    as_utc(row.enabled_at or row.created_at))  # type: ignore[arg-type]
+                    as_utc(row.enabled_at or row.created_at),  # type: ignore[arg-type]
+                    owner_key(row.owner, row.owner_token_id, f"{row.namespace}/{row.name}"))
                 for row in conn.execute(query)]
 
     @staticmethod
@@ -244,14 +258,16 @@ class EvaluatorStore:
         with self._tx.read() as conn:
             rows = conn.execute(
                 select(schedule_jobs, schedules.c.spec, schedules.c.namespace,
-                       schedules.c.name)
+                       schedules.c.name, schedules.c.owner, schedules.c.owner_token_id)
                 .join(schedules, schedules.c.id == schedule_jobs.c.schedule_id)
                 .where(schedule_jobs.c.state == "PENDING_LAUNCH")
                 .order_by(schedule_jobs.c.id).limit(limit)).mappings().all()
         return [Launch(row["id"], row["schedule_id"], row["generation"], row["launch_key"],
                        as_utc(row["fire_time"]), as_utc(row["created_at"]),  # type: ignore
                        row["properties"] or {}, row["spec"],
-                       f"{row['namespace']}/{row['name']}") for row in rows]
+                       f"{row['namespace']}/{row['name']}",
+                       owner_key(row["owner"], row["owner_token_id"],
+                                 f"{row['namespace']}/{row['name']}")) for row in rows]
 
     # -- the job-status feed ------------------------------------------------------------
     @staticmethod
@@ -263,10 +279,16 @@ class EvaluatorStore:
     def save_feed(conn: Connection, cursor: Cursor) -> None:
         save_cursor(conn, FEED, cursor)
 
-    @staticmethod
-    def skip_feed(conn: Connection) -> None:
-        """Move the cursor to the head: no schedule watches job events."""
-        save_cursor(conn, FEED, max(load_cursor(conn, FEED), head_of(conn)))
+    @classmethod
+    def skip_feed(cls, conn: Connection) -> None:
+        """Move the cursor to the head while no schedule watches job events. The
+        head is read first, then the watches: a schedule whose enabling committed
+        before that check keeps the cursor where it is, and one enabled after it
+        was enabled after every event below the head (on PostgreSQL the head is the
+        feed's horizon: transactions ended before it was read)."""
+        head = head_of(conn)
+        if not cls.watches_kinds(conn, ("job", "schedule")):
+            save_cursor(conn, FEED, max(load_cursor(conn, FEED), head))
 
     # -- writes (inside fenced()) -------------------------------------------------------
     @staticmethod

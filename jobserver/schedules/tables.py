@@ -39,6 +39,11 @@ class ScheduleRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     enabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Who last saved the template (added by 0017): its launches are charged to this
+    # requester's submit rate, as its own submits are. NULL: saved before owners were
+    # recorded, or by the node itself; such a schedule is charged on its own.
+    owner: Mapped[str | None] = mapped_column(String(200))
+    owner_token_id: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (UniqueConstraint("namespace", "name"),
                       Index("ix_schedules_enabled_next_check_at", "enabled", "next_check_at"))

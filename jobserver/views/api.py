@@ -7,7 +7,12 @@
   ``GET /api/v1/materialize/<pattern>?mode=&plan=``: every partition's action and why,
   and the jobs made or joined (none with ``plan``);
 * ``POST /api/v1/views/invalidate`` ``{pattern}``;
-* ``GET /api/v1/views?pattern=&status=&dependencies=&overview=&limit=``.
+* ``GET /api/v1/views?pattern=&status=&dependencies=&overview=&limit=&offset=``: a
+  page of a pattern's partitions, ``next_offset`` naming the next one.
+
+What one request expands is bounded by ``views.max_partitions``, dependencies included
+(:mod:`jobserver.views.limits`, bound to every request of the app here): a pattern over
+it is a 422 naming ``pattern`` and the limit, before the partitions are built.
 
 Scopes as the schedules' (``jobserver.api.auth``): reads need ``read``; saving a
 definition and materializing ``submit`` (and ``shell`` or ``sql`` for a template with such
@@ -19,6 +24,7 @@ naming ``mode``.
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import ExitStack
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,11 +34,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobserver.api import api
 from jobserver.api.auth import check_step_types
+from jobserver.api.caller import requester
 from jobserver.api.requests import json_object as _body
 from jobserver.api.requests import parse_query as _query
 from jobserver.api.serialize import time_text
 from jobserver.exceptions import Forbidden, InvalidRequest
 from jobserver.spec import field_path
+from jobserver.views import limits
 from jobserver.views.catalog import CREATED, PutResult, ViewCatalog
 from jobserver.views.materialize import Materializer, Outcome, collector_paused
 from jobserver.views.model import Action, Mode, ViewState
@@ -74,6 +82,7 @@ class ViewsQuery(_Strict):
     dependencies: bool = False
     overview: bool = False
     limit: int = Field(default=1000, ge=1, le=MAX_LISTED)
+    offset: int = Field(default=0, ge=0)
 
 
 def _parsed(model: type[Any], body: dict[str, Any]) -> Any:
@@ -85,6 +94,25 @@ def _parsed(model: type[Any], body: dict[str, Any]) -> Any:
                     else e["msg"]} for e in exc.errors()]
         raise InvalidRequest(f"{details[0]['field']}: {details[0]['message']}",
                              details) from None
+
+
+@blueprint.before_app_request
+def _bind_limit() -> None:
+    """Every request of the app (the API's and the dashboard's) plans under the
+    configured ``views.max_partitions``; the binding ends with the request."""
+    stack = ExitStack()
+    stack.enter_context(limits.bound(api().config.views.max_partitions))
+    g.views_limit = stack
+
+
+@blueprint.teardown_app_request
+def _unbind_limit(_error: BaseException | None) -> None:
+    stack = g.pop("views_limit", None)
+    if stack is not None:
+        try:
+            stack.close()
+        except ValueError:  # bound in another context (a copied one): gone with it
+            pass
 
 
 def _catalog() -> ViewCatalog:
@@ -217,7 +245,8 @@ def _materialized(pattern: str, mode: Mode, plan: bool) -> dict[str, Any]:
     """The reply to a materialize request, built with the collector still paused: the
     decisions and their addresses are freed before it runs again."""
     with collector_paused():
-        return outcome_json(pattern, mode, materializer().materialize(pattern, mode, plan))
+        return outcome_json(pattern, mode, materializer().materialize(pattern, mode, plan,
+                                                                      requester()))
 
 
 @blueprint.post("/views/invalidate")
@@ -231,9 +260,13 @@ def invalidate() -> ResponseReturnValue:
 @blueprint.get("/views")
 def list_views() -> ResponseReturnValue:
     query = _query(ViewsQuery)
+    if query.offset and query.pattern is None:
+        raise InvalidRequest("offset: pages through a pattern's partitions; give a pattern",
+                             [{"field": "offset", "message": "only with a pattern"}])
     report = view_status(materializer(), api().store.views, query.pattern, query.status,
-                         query.dependencies, query.limit)
-    reply: dict[str, Any] = {"overview": report.overview, "truncated": report.truncated}
+                         query.dependencies, query.limit, query.offset)
+    reply: dict[str, Any] = {"overview": report.overview, "truncated": report.truncated,
+                             "next_offset": report.next_offset}
     if not query.overview:
         reply["views"] = [partition_json(item) for item in report.partitions]
     return reply

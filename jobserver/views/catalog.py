@@ -16,14 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobserver.exceptions import Conflict, InvalidRequest, NotFound
+from jobserver.resources import CREATED, digest, plan_put
 from jobserver.spec import Policy
 from jobserver.store import Store
 from jobserver.views.checksums import structure_checksum, version_checksum
 from jobserver.views.spec import ViewSpec, load_view, parse_view, spec_json, validate_views
-from jobserver.views.checksums import canonical_json, sha256
 from jobserver.views.store import Definition
-
-CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
 
 
 @dataclass(frozen=True)
@@ -62,13 +60,14 @@ class ViewCatalog:
                                      f"{problems[0]['message']}", problems) from None
         document = spec_json(spec)
         structure, version = structure_checksum(spec), version_checksum(spec)
-        spec_hash = sha256(canonical_json(document))
+        spec_hash = digest(document)
         current = self._store.views.get(spec.name)
         structure_changed = current is not None and current.structure_checksum != structure
         if dry_run:
-            change = (CREATED if current is None else
-                      UNCHANGED if current.spec_hash == spec_hash else UPDATED)
-            return PutResult(change, current, 0, structure_changed)
+            stored = None if current is None else {"spec": current.spec,
+                                                   "spec_hash": current.spec_hash}
+            return PutResult(plan_put(stored, document, spec_hash)[0], current, 0,
+                             structure_changed)
         change, reset = self._store.views.put(spec.name, document, structure, version,
                                               spec_hash)
         return PutResult(change, self._store.views.get(spec.name), reset, structure_changed)
@@ -109,3 +108,6 @@ def _no_fixed_after(spec: ViewSpec) -> None:
         raise InvalidRequest("transformation.job.after: set by materialize, not by the "
                              "template", [{"field": "transformation.job.after",
                                            "message": "set by materialize; leave it out"}])
+
+
+__all__ = ["CREATED", "PutResult", "ViewCatalog"]

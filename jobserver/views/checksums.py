@@ -8,9 +8,16 @@
   SHA-256 of the normalized transformation: ``noop``, or the canonical JSON (sorted keys,
   no spaces) of the job template where
 
-  - SQL text (an argument, or a python step's string argument, that starts with an SQL
-    keyword or comment) is compared with comments (``--`` to the end of the line,
-    ``/* … */``) and whitespace ignored, quoted literals kept as written;
+  - SQL text (an argument other than a shell's script, or a python step's string
+    argument, that starts with an SQL keyword or comment) is compared with comments
+    (``--`` to the end of the line, ``/* … */``) and whitespace ignored, quoted
+    literals kept as written;
+  - the script of ``sh -c`` / ``bash -c`` / ``dash -c`` (the first operand after the
+    options) is shell text, compared with its comments dropped: each unquoted ``#``
+    at the start of a word to the end of its line, as the shell reads it
+    (:mod:`jobserver.views.shell_text`: a quoted ``#``, ``$#``, ``${#x}`` or a
+    here-document's line is no comment, and a script the reader cannot follow keeps
+    them all); then its whitespace as any shell argument's;
   - every shell argument is compared with runs of whitespace made one space and the
     ends trimmed;
   - what only says *when* or *where* a job runs — the job's name, priority,
@@ -26,6 +33,8 @@ import hashlib
 import json
 import re
 from typing import TYPE_CHECKING, Any
+
+from jobserver.views.shell_text import script_index, strip_comments
 
 if TYPE_CHECKING:
     from jobserver.views.spec import ViewSpec
@@ -79,11 +88,20 @@ def normalized_transformation(spec: ViewSpec) -> str:
 def _normalized_step(step: dict[str, Any]) -> dict[str, Any]:
     step = {key: value for key, value in step.items() if key not in _STEP_SCHEDULING}
     if "argv" in step:
-        step["argv"] = [normalize_sql(arg) if is_sql(arg) else normalize_space(arg)
-                        for arg in step["argv"]]
+        step["argv"] = normalized_argv(step["argv"])
     if "args" in step:
         step["args"] = _normalized_strings(step["args"])
     return step
+
+
+def normalized_argv(argv: list[str]) -> list[str]:
+    """A shell step's argv as compared: a shell's ``-c`` script without its comments,
+    SQL text without its own, every argument's whitespace made single spaces."""
+    script = script_index(argv)
+    bash = script is not None and argv[0].rsplit("/", 1)[-1] == "bash"
+    return [normalize_space(strip_comments(arg, bash)) if index == script
+            else normalize_sql(arg) if is_sql(arg) else normalize_space(arg)
+            for index, arg in enumerate(argv)]
 
 
 def _normalized_strings(value: Any) -> Any:

@@ -12,7 +12,6 @@ partition's ``created_at``. Neither: None (no data).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,19 +23,25 @@ from jobserver.datasets.keys import KeyValueError, PartitionKey
 from jobserver.datasets.tables import KEY_COLUMNS, partitions
 from jobserver.store import Store
 from jobserver.views.model import ViewAddress
+from jobserver.views.templates import render_location
 
 FLAG = "_SUCCESS"
-_PARAM = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def fill(template: str, names: list[str], values: tuple[str | None, ...]) -> str:
-    """``template`` with each ``${name}`` replaced by that parameter's value."""
-    known = {name: "" if value is None else value for name, value in zip(names, values)}
-    return _PARAM.sub(lambda match: known.get(match.group(1), match.group(0)), template)
-
-
-def parameter_names(spec: Any) -> list[str]:
-    return [getattr(item, "name", item) for item in getattr(spec, "parameters", []) or []]
+def confined(template: str, location: str) -> bool:
+    """Whether ``location`` (``template`` filled) stays under the part of the template
+    written before its first placeholder: a parameter value may name a partition's
+    directory, never climb out of the tree the view's author chose (``..``, say, or
+    values that join into one). Values are checked for this already
+    (:func:`~jobserver.views.spec.value_fits`); this is the rule at the filesystem."""
+    fixed = template.split("${", 1)[0] if "${" in template else template
+    if fixed == template:
+        return True
+    base = fixed.rsplit("/", 1)[0] if "/" in fixed else ""
+    normal, normal_base = os.path.normpath(location or "."), os.path.normpath(base or ".")
+    if normal_base == ".":
+        return not (normal == ".." or normal.startswith("../") or os.path.isabs(normal))
+    return normal == normal_base or normal.startswith(normal_base.rstrip("/") + "/")
 
 
 def flag_time(location: str, root: Path | None = None) -> datetime | None:
@@ -67,9 +72,9 @@ class DataTimes:
     def __call__(self, address: ViewAddress) -> datetime | None:
         spec = self._views.get(address.name)
         location = getattr(spec, "location", None) if spec is not None else None
-        if location:
-            found = flag_time(fill(location, parameter_names(spec), address.values),
-                              self._root)
+        if spec is not None and location:
+            filled = render_location(spec, address) or ""
+            found = flag_time(filled, self._root) if confined(location, filled) else None
             if found is not None:
                 return found
         return self._registered(address)

@@ -10,14 +10,23 @@ It is linear in the lattice's edges: each view's mappings are compiled once per 
 day windows are computed once per day (:class:`~jobserver.views.mappings.Calendar`),
 and a partition met again through another dependent is the same
 :class:`~jobserver.views.model.ViewAddress` object, found by one dict lookup.
+
+It is bounded: every partition made and every mapping's fan-out is counted against the
+request's :class:`~jobserver.views.limits.Budget` (``views.max_partitions``) before it
+is made, so a pattern or a mapping that would expand further is a 422 naming
+``pattern`` and the limit, with the memory not yet spent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from jobserver.exceptions import InvalidRequest
+from jobserver.views.dates import address_date_problem
+from jobserver.views.limits import Budget
+from jobserver.parameters import SAFE_VALUE
 from jobserver.views.mappings import Calendar, CompiledDependency
 from jobserver.views.model import ViewAddress
 from jobserver.views.spec import ViewSpec, value_fits
@@ -43,8 +52,9 @@ class Lattice:
 class _Builder:
     """One instantiation: compiled mappings and interned addresses, for its duration."""
 
-    def __init__(self, views: Mapping[str, ViewSpec]) -> None:
+    def __init__(self, views: Mapping[str, ViewSpec], budget: Budget) -> None:
         self.views = views
+        self.budget = budget
         self.calendar = Calendar()
         # Per view name: its compiled mappings, and whether its one mapping never gives
         # a partition twice (no duplicates to drop).
@@ -81,6 +91,7 @@ class _Builder:
         partitions = self.partitions(name)
         found = partitions.get(values)
         if found is None:
+            self.budget.partition()
             package, view = name.split("/", 1)
             found = partitions[values] = ViewAddress(package, view, values)
         return found
@@ -89,6 +100,7 @@ class _Builder:
         found: list[ViewAddress] = []
         mappings, unique = self.mappings(address)
         for mapping in mappings:
+            self.budget.fan_out(mapping.fan_out, address)
             try:
                 targets = mapping.targets(address.values)
             except ValueError as exc:
@@ -107,7 +119,9 @@ class _Builder:
 
 def check_address(views: Mapping[str, ViewSpec], address: ViewAddress) -> None:
     """Raise :class:`InvalidRequest` naming ``address`` unless its view is defined and
-    its values fit the view's parameters (count and types)."""
+    its values fit the view's parameters (count and types) and, for a view with
+    ``year`` and ``month`` parameters, form a real calendar date
+    (:mod:`jobserver.views.dates`)."""
     spec = views.get(address.name)
     if spec is None:
         _refuse(address, f"no view named {address.name}")
@@ -117,8 +131,18 @@ def check_address(views: Mapping[str, ViewSpec], address: ViewAddress) -> None:
         _refuse(address, f"{address.name} takes {len(spec.parameters)} parameter value(s) "
                          f"({names}), not {len(address.values)}")
     for parameter, value in zip(spec.parameters, address.values):
-        if not value_fits(parameter.type, value):
-            _refuse(address, f"{value!r} is not a {parameter.type} ({parameter.name})")
+        if not value_fits(parameter.type, value, parameter.pattern):
+            _refuse(address, f"{value!r} is not a {parameter.type} ({parameter.name})"
+                    + _expected(parameter))
+    problem = address_date_problem(spec.parameter_names, address.values)
+    if problem is not None:
+        _refuse(address, problem)
+
+
+def _expected(parameter: Any) -> str:
+    if parameter.type != "string":
+        return ""
+    return f": expected a match of {parameter.pattern or SAFE_VALUE.pattern}"
 
 
 def _refuse(address: ViewAddress, message: str) -> None:
@@ -127,11 +151,15 @@ def _refuse(address: ViewAddress, message: str) -> None:
 
 
 def instantiate(views: Mapping[str, ViewSpec], addresses: Iterable[ViewAddress], *,
-                recursive: bool = True) -> Lattice:
+                recursive: bool = True, limit: int | None = None) -> Lattice:
     """The lattice of ``addresses`` (checked with :func:`check_address`) and, with
     ``recursive``, every partition they depend on, transitively. ``views`` must have
-    passed :func:`~jobserver.views.spec.validate_views` (no cycles between views)."""
-    builder = _Builder(views)
+    passed :func:`~jobserver.views.spec.validate_views` (no cycles between views).
+
+    At most ``limit`` distinct partitions (default: the request's
+    ``views.max_partitions``) are made: one more is an :class:`InvalidRequest` naming
+    ``pattern`` and the limit (:class:`~jobserver.views.limits.Budget`)."""
+    builder = _Builder(views, Budget(limit))
     lattice = Lattice()
     roots: list[ViewAddress] = []
     for address in addresses:

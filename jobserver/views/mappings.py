@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import calendar
 import itertools
+import math
 from collections.abc import Sequence
 from datetime import date
 from typing import Annotated, Literal
@@ -187,7 +188,8 @@ class CompiledDependency:
     values that are not a date where ``days`` reads one.
     """
 
-    __slots__ = ("view", "_positions", "_single", "_constant", "_days", "unique", "_calendar")
+    __slots__ = ("view", "_positions", "_single", "_constant", "_fixed", "_days", "unique",
+                 "_calendar", "fan_out")
 
     def __init__(self, spec: DependencySpec, own: Sequence[str], target: Sequence[str],
                  calendar_: Calendar) -> None:
@@ -210,14 +212,23 @@ class CompiledDependency:
             self._days = (spec.days.last, [index[name] for name in spec.days.source()],
                           [list(target).index(name) for name in into])
         self._calendar = calendar_
+        #: The most partitions ``targets`` gives for one partition (a month counted as
+        #: 31 days): what a caller checks against its budget before asking.
+        self.fan_out = math.prod(len(picks) for picks in self._positions) * (
+            1 if spec.days is None else spec.days.last or 31)
         # Combos that take no value of the partition (fixed values and day placeholders
         # only, as a window of a daily view) are the same for every partition: made
-        # once, and only read after.
-        self._constant = (self._combos(()) if all(i < 0 for picks in self._positions
-                                                   for i, _ in picks) else None)
+        # once, on first use (after the caller's check of fan_out), and only read after.
+        self._fixed = all(i < 0 for picks in self._positions for i, _ in picks)
+        self._constant: list[tuple[str | None, ...]] | None = None
 
     def targets(self, values: tuple[str | None, ...]) -> list[tuple[str | None, ...]]:
-        combos = self._constant if self._constant is not None else self._combos(values)
+        if self._fixed:
+            if self._constant is None:
+                self._constant = self._combos(())
+            combos = self._constant
+        else:
+            combos = self._combos(values)
         return combos if self._days is None else self._spread(values, combos)
 
     def _combos(self, values: tuple[str | None, ...]) -> list[tuple[str | None, ...]]:

@@ -2,13 +2,16 @@
 
 Planning runs on whichever node takes the request. The write is one transaction: a
 compare-and-set of every row the plan changes (:meth:`ViewRepository.apply`), one
-engine job per TRANSFORM submitted with ``submit_keyed`` on the same connection, each
-linked by ``after`` (``when: "done"``: a failed dependency does not stop its
-dependents) to its upstream partitions' jobs, and the jobs' ids on their rows. A
-job's idempotency key names the partition and the row version it was planned from
-(``view/<name>/<key>/<row_version>``), so two nodes planning the same partition from
-the same read make one job; the one whose compare-and-set then fails reads again and
-plans again (at most :data:`MAX_REPLANS` times), now joining that job.
+engine job per TRANSFORM submitted with ``submit_keyed`` on the same connection, and
+the jobs' ids on their rows. A job whose upstream partitions are transformed or
+joined waits (``after``, ``when: "done"``) for their *gates*
+(:mod:`jobserver.views.gates`), which the tracker releases once each upstream is
+materialized or failed after its retries: a failed dependency does not stop its
+dependents, a retrying one holds them. A job's idempotency key names the partition
+and the row version it was planned from (``view/<name>/<key>/<row_version>``), so
+two nodes planning the same partition from the same read make one job; the one
+whose compare-and-set then fails reads again and plans again (at most
+:data:`MAX_REPLANS` times), now joining that job.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from jobserver.exceptions import Conflict, InvalidRequest
+from jobserver.requester import PLANNER_ITSELF, Requester
 from jobserver.spec import AfterSpec, JobSpec, Policy, validate_job
 from jobserver.store import Store
 from jobserver.store.feed import start_cursor
@@ -37,6 +41,7 @@ from jobserver.views.planner import plan
 from jobserver.views.spec import load_view
 from jobserver.views.templates import render_job
 from jobserver.views.data import DataTimes
+from jobserver.views.gates import make_gates, release
 from jobserver.views.model import Action, Decision, Mode, StoredPartition, ViewAddress, ViewState
 from jobserver.views.store import CasConflict, Change
 
@@ -109,14 +114,20 @@ class Materializer:
         views = self.definitions()
         return instantiate(views, parse_pattern(pattern), recursive=False).order
 
-    def materialize(self, pattern: str, mode: Mode, plan_only: bool = False) -> Outcome:
-        return self.run(parse_pattern(pattern), mode, plan_only)
+    def materialize(self, pattern: str, mode: Mode, plan_only: bool = False,
+                    requester: Requester = PLANNER_ITSELF) -> Outcome:
+        return self.run(parse_pattern(pattern), mode, plan_only, requester)
 
-    def run(self, addresses: list[ViewAddress], mode: Mode, plan_only: bool = False) -> Outcome:
+    def run(self, addresses: list[ViewAddress], mode: Mode, plan_only: bool = False,
+            requester: Requester = PLANNER_ITSELF) -> Outcome:
+        """Plan ``addresses`` and, unless ``plan_only``, carry the plan out for
+        ``requester``: the jobs it creates are charged to its submit budget first (a
+        429 then writes nothing) and name it as their submitter."""
         with collector_paused():
-            return self._run(addresses, mode, plan_only)
+            return self._run(addresses, mode, plan_only, requester)
 
-    def _run(self, addresses: list[ViewAddress], mode: Mode, plan_only: bool) -> Outcome:
+    def _run(self, addresses: list[ViewAddress], mode: Mode, plan_only: bool,
+             requester: Requester) -> Outcome:
         views = self.definitions()
         recursive = mode not in (Mode.TRANSFORM_ONLY, Mode.SET_ONLY)
         lattice = instantiate(views, addresses, recursive=recursive)
@@ -126,15 +137,20 @@ class Materializer:
             decisions = plan(lattice, views, stored, mode, self._clock(), data_time)
             if plan_only:
                 return Outcome(decisions, planned_only=True)
+            if attempt == 1:  # a re-plan plans the same partitions: charged once
+                requester.charge(sum(d.action is Action.TRANSFORM for d in decisions))
             try:
-                return Outcome(decisions, self.write(views, decisions, stored), attempts=attempt)
+                return Outcome(decisions, self.write(views, decisions, stored,
+                                                     requester.on_behalf(VIEWS.name)),
+                               attempts=attempt)
             except CasConflict as exc:
                 log.info("materialize: %s; planning again (attempt %d)", exc, attempt + 1)
         raise Conflict(f"view partitions kept changing while planning; tried {MAX_REPLANS} "
                        "times", {"retryable": True})
 
     def write(self, views: Mapping[str, Any], decisions: list[Decision],
-              stored: Mapping[ViewAddress, StoredPartition]) -> dict[ViewAddress, int]:
+              stored: Mapping[ViewAddress, StoredPartition],
+              actor: Actor = VIEWS) -> dict[ViewAddress, int]:
         """Carry out ``decisions`` planned from ``stored`` in one transaction; returns
         the job of every partition transformed or joined. :class:`CasConflict` (nothing
         written) if any row changed since ``stored`` was read. A plan that changes
@@ -148,11 +164,11 @@ class Materializer:
         if not changes:
             return {}
         with self._store.views.writing() as conn:
-            return self._write(conn, views, decisions, stored, changes)
+            return self._write(conn, views, decisions, stored, changes, actor)
 
     def _write(self, conn: Connection, views: Mapping[str, Any], decisions: list[Decision],
                stored: Mapping[ViewAddress, StoredPartition],
-               changes: list[Change]) -> dict[ViewAddress, int]:
+               changes: list[Change], actor: Actor) -> dict[ViewAddress, int]:
         if any(decision.action is Action.TRANSFORM for decision in decisions):
             # Before the jobs exist: the tracker, even one that has not run yet, reads
             # their ends (a reader it would make itself starts after every end so far).
@@ -161,30 +177,47 @@ class Materializer:
             # partition rows the other was about to write.
             start_cursor(conn, JOBS_FEED)
         self._store.views.apply(conn, changes)
+        self._release_left_flight(conn, decisions, stored, actor)
         jobs = {d.address: stored[d.address].job_id for d in decisions
                 if d.action is Action.JOIN and stored[d.address].job_id is not None}
-        made = self._submit(conn, views, decisions, stored, jobs)
+        made = self._submit(conn, views, decisions, stored, jobs, actor)
         self._store.views.set_jobs(conn, made)
         jobs.update(made)
         return jobs  # type: ignore[return-value]
 
+    def _release_left_flight(self, conn: Connection, decisions: list[Decision],
+                             stored: Mapping[ViewAddress, StoredPartition],
+                             actor: Actor) -> None:
+        """A partition this plan takes out of flight other than by its job's end (a
+        SET_ONLY of one being transformed) lets its dependents go: its gates are
+        discarded with the row's change."""
+        left = [d.address for d in decisions if d.action is not Action.JOIN
+                and (row := stored.get(d.address)) is not None and row.state.in_flight]
+        if left and release(conn, left, actor):
+            self._store.tx.notify(conn)
+
     def _submit(self, conn: Connection, views: Mapping[str, Any], decisions: list[Decision],
                 stored: Mapping[ViewAddress, StoredPartition],
-                jobs: Mapping[ViewAddress, int | None]) -> dict[ViewAddress, int]:
-        """One job per TRANSFORM, in waves: a job's upstream jobs are inserted by an
-        earlier wave of the same transaction, so their ids are known."""
+                jobs: Mapping[ViewAddress, int | None], actor: Actor) -> dict[ViewAddress, int]:
+        """One job per TRANSFORM, in waves: the jobs of a wave's upstream partitions
+        are inserted by an earlier wave of the same transaction (or joined), so their
+        gates can be made, and the wave's jobs linked to them, before it is inserted."""
         made: dict[ViewAddress, int] = {}
         for wave in _waves([d for d in decisions if d.action is Action.TRANSFORM]):
+            upstream_jobs = {a: job for d in wave for a in d.upstream
+                             if (job := made.get(a) or jobs.get(a)) is not None}
+            gates = make_gates(self._store.jobs, conn, self.policy, actor, upstream_jobs,
+                               fresh=made.values()) if upstream_jobs else {}
             items: dict[ViewAddress, KeyedSubmit] = {}
             for decision in wave:
-                upstream = [made.get(a) or jobs.get(a) for a in decision.upstream]
+                upstream = [upstream_jobs.get(a) for a in decision.upstream]
                 spec = with_after(self.rendered(views, decision.address,
                                                 decision.version_checksum),
-                                  [job for job in upstream if job is not None])
+                                  [gates[job] for job in upstream if job is not None])
                 row = stored.get(decision.address)
                 items[decision.address] = KeyedSubmit(
                     spec, validate_job(spec, self.policy),
-                    job_key(decision.address, row.row_version if row else 0), None, VIEWS)
+                    job_key(decision.address, row.row_version if row else 0), None, actor)
             ids = self._store.jobs.submit_keyed(list(items.values()), conn=conn)
             made.update((address, ids[item.key]) for address, item in items.items())
         return made
@@ -222,9 +255,10 @@ def collector_paused() -> Iterator[None]:
 
 
 def with_after(spec: JobSpec, upstream: list[int]) -> JobSpec:
-    """The job waiting for ``upstream`` jobs to be done (SUCCEED, or ERROR after their
-    retries, or DISCARDED): a failed dependency does not stop its dependents, which
-    then run on incomplete data, as in Schedoscope."""
+    """The job waiting for ``upstream`` jobs (its upstream partitions' gates) to be
+    done: a gate is discarded once its partition is materialized or failed after its
+    retries, so a failed dependency does not stop its dependents, which then run on
+    incomplete data, as in Schedoscope."""
     if not upstream:
         return spec
     links = [AfterSpec(job=job, when="done") for job in sorted(set(upstream))]

@@ -18,7 +18,9 @@ _STATES = [state.value for state in ViewState]
 _ACTIONS = [action.value for action in Action]
 _pattern = {"type": "string", "minLength": 1, "maxLength": MAX_PATTERN,
             "description": "Schedoscope's view pattern: /package/View(/value)*, e.g. "
-                           "app.eci.datamart/SearchExport/SHOP10/ym(201505)"}
+                           "app.eci.datamart/SearchExport/SHOP10/ym(201505); no control "
+                           "characters; at most views.max_partitions partitions with "
+                           "their dependencies (a 422 naming pattern and the limit)"}
 _counts = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
 
 DEFINITION = exact({
@@ -52,6 +54,8 @@ PARTITION = exact({
 VIEWS = exact({
     "overview": {**_counts, "propertyNames": {"enum": _STATES}},
     "truncated": {"type": "boolean"},
+    "next_offset": {"type": ["integer", "null"], "minimum": 0,
+                    "description": "the offset of the next page; null on the last"},
     "views": {"type": "array", "items": ref("ViewPartition")}}, optional=("views",))
 
 MATERIALIZE = {"type": "object", "required": ["pattern"], "additionalProperties": False,
@@ -150,7 +154,8 @@ def paths() -> dict[str, Any]:
                            query_param("dependencies", {"type": "boolean"}),
                            query_param("overview", {"type": "boolean"}),
                            query_param("limit", {"type": "integer", "minimum": 1,
-                                                 "maximum": MAX_LISTED})],
+                                                 "maximum": MAX_LISTED}),
+                           query_param("offset", {"type": "integer", "minimum": 0})],
             "responses": {"200": json_response(ref("ViewsResult"), "partitions, dependencies "
                                                                    "first"),
                           **errors(422)}}},

@@ -28,7 +28,11 @@ is ``e()``) or a segment ending in a backslash (``\\/`` does not quote a slash) 
 :class:`InvalidRequest` saying where and what. Ranges are listed oldest first
 (Schedoscope: newest first) and not clipped at an earliest day; enumerated duplicates
 are kept, as there. Package and view names must be identifiers (``app.eci.datamart``,
-``SearchExport``). More than ``limit`` partitions are refused before any is built.
+``SearchExport``). More than ``limit`` partitions (default: the request's
+``views.max_partitions``, :mod:`jobserver.views.limits`) are refused before any is
+built. A control character (U+0000-U+001F, U+007F-U+009F), typed or %-escaped, is
+refused wherever it stands: no value, name or message of the planner carries one (a
+NUL cannot even be stored in PostgreSQL's text).
 """
 
 from __future__ import annotations
@@ -43,9 +47,9 @@ from itertools import chain, product
 from string import hexdigits
 
 from jobserver.exceptions import InvalidRequest
+from jobserver.views import limits
 from jobserver.views.model import ViewAddress
 
-MAX_ADDRESSES = 1_000_000
 _WS = " \t\n\x0b\f\r"  # Java's \s, which Schedoscope allows around functions
 _CALL = re.compile(rf"[{_WS}]*([A-Za-z]+)[{_WS}]*\(")
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -58,6 +62,8 @@ _DAY = re.compile(r"([0-9]{4})([0-9]{2})([0-9]{2})")
 _MONTH_RANGE = re.compile(rf"([0-9]{{6}})[{_WS}]*-[{_WS}]*([0-9]{{6}})")
 _DAY_RANGE = re.compile(rf"([0-9]{{8}})[{_WS}]*-[{_WS}]*([0-9]{{8}})")
 _QUOTABLE = "\\,()-"
+#: C0 and C1 control characters and DEL: refused, typed or %-escaped.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _INTEGER_MAX = {"i": 2**31 - 1, "l": 2**63 - 1, "b": 127}
 _FORMS = {"i": "i(digits)", "l": "l(digits)", "b": "b(digits)", "t": "t(true) or t(false)",
           "f": "f(decimal)", "d": "d(decimal)", "ym": "ym(yyyyMM)", "ymd": "ymd(yyyyMMdd)",
@@ -67,12 +73,15 @@ _FUNCTIONS = ["null", *_FORMS, "e", *(f"e{name}" for name in _FORMS)]
 Values = tuple[str | None, ...]
 
 
-def parse_pattern(pattern: str, limit: int = MAX_ADDRESSES) -> list[ViewAddress]:
+def parse_pattern(pattern: str, limit: int | None = None) -> list[ViewAddress]:
     """The view partitions ``pattern`` addresses, in the cross product's order.
 
     Raises :class:`InvalidRequest` (field ``pattern``) naming the character, the
-    segment and what was expected, or when more than ``limit`` partitions result.
+    segment and what was expected, or when more than ``limit`` partitions result
+    (default: the request's ``views.max_partitions``, named in the message).
     """
+    setting = limit is None
+    limit = limits.max_partitions() if limit is None else limit
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
     segments = _segments(pattern)
@@ -83,7 +92,7 @@ def parse_pattern(pattern: str, limit: int = MAX_ADDRESSES) -> list[ViewAddress]
                     "a package name such as app.eci.datamart")
     views = _views(segments[1])
     choices = [_parameter(segment) for segment in segments[2:]]
-    _check_limit(len(views), segments[2:], choices, limit)
+    _check_limit(len(views), segments[2:], choices, limit, setting)
     rows = list(product(*(list(chain.from_iterable(parts)) for parts in choices)))
     return [ViewAddress(package, view, sum(row, ())) for view in views for row in rows]
 
@@ -104,6 +113,7 @@ def _invalid(segment: _Segment, index: int, what: str) -> InvalidRequest:
 
 def _invalid_at(raw: str, offset: int, what: str) -> InvalidRequest:
     shown = raw if len(raw) <= 60 else raw[:57] + "..."
+    shown = _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", shown)
     message = f"at character {offset + 1} in segment '{shown}': {what}"
     return InvalidRequest(f"pattern: {message}",
                           [{"field": "pattern", "message": message, "position": offset + 1}])
@@ -133,7 +143,13 @@ def _decode(pattern: str, start: int, end: int) -> _Segment:
         chars.append(" " if pattern[i] == "+" else pattern[i])
         origins.append(i)
         i += 1
-    return _Segment(raw, "".join(chars), (*origins, end))
+    text = "".join(chars)
+    control = _CONTROL.search(text)
+    if control is not None:
+        raise _invalid_at(raw, origins[control.start()],
+                          f"control character U+{ord(control.group()):04X} "
+                          f"(typed or %-escaped): a pattern holds none")
+    return _Segment(raw, text, (*origins, end))
 
 
 def _decode_escapes(pattern: str, i: int, end: int, raw: str, chars: list[str],
@@ -188,17 +204,18 @@ def _parameter(segment: _Segment) -> list[_Part]:
 
 
 def _check_limit(views: int, segments: list[_Segment], choices: list[list[_Part]],
-                 limit: int) -> None:
+                 limit: int, setting: bool) -> None:
     counts = [sum(len(part) for part in parts) for parts in choices]
     total = math.prod(counts, start=views)
     if total <= limit:
         return
     message = (f"the pattern addresses {total:,} view partitions, more than the limit of "
-               f"{limit:,}: narrow its ranges or enumerations")
+               f"{limit:,}" + (f" per request ({limits.SETTING})" if setting else "")
+               + ": narrow its ranges or enumerations")
     if counts:
         widest = max(range(len(counts)), key=counts.__getitem__)
         message += f" (segment '{segments[widest].raw}' alone gives {counts[widest]:,})"
-    raise InvalidRequest(f"pattern: {message}", [{"field": "pattern", "message": message}])
+    raise limits.refusal(message, limit)
 
 
 class _Range:

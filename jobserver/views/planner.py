@@ -6,8 +6,12 @@ is in RECEIVE and was never transformed. In DEFAULT mode the first rule that app
 decides:
 
 1. in flight (waiting, transforming, retrying with a job) → JOIN that job;
-2. a noop view: SET when its data appeared at a time other than the stored one (or it
-   is not materialized), NO_DATA without data, else SKIP;
+2. a noop view: NO_DATA without data; invalidated (RECEIVE after it was set) → SET
+   with a new timestamp, the time it is set or the data's if newer, so that every
+   dependent sees a newer dependency and transforms (Schedoscope's use of invalidate:
+   a NoOp view corrected by an outside ETL process); never set, not materialized, or
+   its data newer than its timestamp → SET at the data's time; else SKIP (data older
+   than the timestamp were there when it was set);
 3. every dependency decided NO_DATA → NO_DATA;
 4. never transformed, or invalidated → TRANSFORM;
 5. a dependency transformed, joined or set to a new timestamp by this plan → TRANSFORM;
@@ -21,7 +25,9 @@ timestamp kept). RESET_TRANSFORMATION_CHECKSUMS_AND_TIMESTAMPS runs nothing: eac
 TRANSFORM becomes a SET of the current checksum and the newest of its own and its
 dependencies' timestamps, so that a DEFAULT plan right after is all SKIP. TRANSFORM_ONLY
 and SET_ONLY decide the addressed partitions only, ignoring dependencies. Dependencies
-that failed do not stop their dependents: the runtime links jobs with ``when: done``.
+that failed do not stop their dependents, retrying ones hold them: the runtime links a
+job to its upstream partitions' gates (:mod:`jobserver.views.gates`), released once
+each upstream is materialized or failed after its retries.
 
 Cost: one dict lookup per lattice edge and per partition, no pydantic, the version
 checksum computed once per view.
@@ -126,17 +132,25 @@ class _Planner:
         return decision
 
     def noop(self, address: ViewAddress, own: StoredPartition, checksum: str) -> Decision:
-        """Rule 2: a noop view is materialized exactly when its data is there."""
+        """Rule 2: a noop view is materialized exactly when its data is there, and set
+        anew when invalidated."""
         seen = self.data_time(address)
         if seen is None:
             location = render_location(self.views[address.name], address)
             reason = (f"no _SUCCESS flag at {location.rstrip('/')}/_SUCCESS" if location
                       else "no matching dataset partition")
             return Decision(address, Action.NO_DATA, reason)
-        if seen != own.transformed_at or own.state is not ViewState.MATERIALIZED:
+        stamp = own.transformed_at
+        if own.state is ViewState.RECEIVE and stamp is not None:  # invalidated
+            at = max(self.now, seen)
+            return Decision(address, Action.SET, f"invalidated; data at {iso(seen)}; set "
+                            f"at {iso(at)}", version_checksum=checksum, transformed_at=at)
+        if stamp is None or own.state is not ViewState.MATERIALIZED or seen > stamp:
             return Decision(address, Action.SET, f"data at {iso(seen)}",
                             version_checksum=checksum, transformed_at=seen)
-        return Decision(address, Action.SKIP, f"data at {iso(seen)} unchanged")
+        if seen == stamp:
+            return Decision(address, Action.SKIP, f"data at {iso(seen)} unchanged")
+        return Decision(address, Action.SKIP, f"data at {iso(seen)}, set at {iso(stamp)}")
 
     def transformed(self, address: ViewAddress, own: StoredPartition, checksum: str,
                     dependencies: Sequence[ViewAddress]) -> Decision:

@@ -22,7 +22,9 @@ A view, in YAML (``examples/views.yaml`` holds a whole lattice)::
     version: "1.0.0"                            # optional: only this string is versioned
 
 Parameter types are Schedoscope's: string, int, long, byte, boolean, float, double
-(values travel as strings; an addressed value must read as its type). The job template
+(values travel as strings; an addressed value must read as its type; a string matches
+``[A-Za-z0-9_][A-Za-z0-9_.-]*`` without ``..``, or the parameter's own ``pattern``,
+since it may reach a path or an argv element). The job template
 may leave out ``name``: the rendered job is named after the partition.
 
 :func:`parse_view` checks one definition on its own (every problem with its field path,
@@ -38,11 +40,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BeforeValidator, Discriminator, Field, StringConstraints, Tag
+from pydantic import (BeforeValidator, Discriminator, Field, StringConstraints, Tag,
+                      field_validator)
 
 from jobserver.exceptions import InvalidRequest, MalformedRequest
-from jobserver.spec import (JobSpec, Policy, StrictModel, field_path, parse_model,
-                            validation_message)
+from jobserver.parameters import SAFE_VALUE
+from jobserver.resources import parse_resource
+from jobserver.spec import JobSpec, Policy, StrictModel
 from jobserver.views.mappings import (DependencySpec, ParamName, ViewName, fixed,
                                       reference)
 from jobserver.views.templates import placeholder_problems, validate_template
@@ -51,6 +55,7 @@ ParamType = Literal["string", "int", "long", "byte", "boolean", "float", "double
 ColumnType = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_<>,:() ]{0,199}$")]
 _INT_RANGE = {"int": 2 ** 31, "long": 2 ** 63, "byte": 2 ** 7}
 _INT = re.compile(r"-?\d+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _FLOAT = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 _TAGS = ("noop-transformation", "job-transformation")
 
@@ -58,6 +63,19 @@ _TAGS = ("noop-transformation", "job-transformation")
 class Parameter(StrictModel):
     name: ParamName
     type: ParamType = "string"
+    #: What a string value must match in full, when the default (:data:`SAFE_VALUE`)
+    #: is too narrow; control characters are refused whatever it says.
+    pattern: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
 
 
 class Column(StrictModel):
@@ -130,7 +148,7 @@ def parse_view(body: bytes | str | Mapping[str, Any], policy: Policy | None = No
     ``details`` (the first in the message) or :class:`MalformedRequest` (not JSON).
     A ``kind`` key must say ``View`` and is dropped. With ``policy``, the job template
     is also checked as a submitted job would be (:func:`validate_template`)."""
-    spec = parse_model(ViewSpec, _document(body), _problem)
+    spec = parse_resource(ViewSpec, _document(body), _TAGS)
     problems = _own_problems(spec)
     if problems:
         _raise(problems)
@@ -142,11 +160,6 @@ def parse_view(body: bytes | str | Mapping[str, Any], policy: Policy | None = No
 def spec_json(spec: ViewSpec) -> dict[str, Any]:
     """A definition as the JSON the store keeps (:func:`load_view` reads it back)."""
     return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def _problem(error: Mapping[str, Any]) -> dict[str, str]:
-    return {"field": field_path(p for p in error["loc"] if p not in _TAGS),
-            "message": validation_message(error)}
 
 
 def load_view(stored: Mapping[str, Any]) -> ViewSpec:
@@ -206,10 +219,20 @@ def _duplicates(names: list[str], where: str) -> list[dict[str, str]]:
             for i, name in enumerate(names) if name in names[:i]]
 
 
-def value_fits(kind: str, value: str | None) -> bool:
-    """Whether a parameter value (a string, or None for ``null()``) reads as ``kind``."""
-    if value is None or kind == "string":
+def value_fits(kind: str, value: str | None, pattern: str | None = None) -> bool:
+    """Whether a parameter value (a string, or None for ``null()``) reads as ``kind``.
+
+    A string is data that may reach a path or an argv element: by default it matches
+    :data:`~jobserver.parameters.SAFE_VALUE` (or is empty), else the parameter's own
+    ``pattern``; never a control character either way."""
+    if value is None:
         return True
+    if kind == "string":
+        if _CONTROL.search(value):
+            return False
+        if pattern is not None:
+            return re.fullmatch(pattern, value) is not None
+        return value == "" or SAFE_VALUE.match(value) is not None
     if kind in _INT_RANGE:
         bound = _INT_RANGE[kind]
         return bool(_INT.fullmatch(value)) and -bound <= int(value) < bound
@@ -251,6 +274,7 @@ def _mapping_problems(spec: ViewSpec, index: int, dependency: DependencySpec,
     if target is None:
         return [{"field": f"{where}.view", "message": f"no view named {dependency.view}"}]
     types = {p.name: p.type for p in target.parameters}
+    patterns = {p.name: p.pattern for p in target.parameters}
     own_types = {p.name: p.type for p in spec.parameters}
     problems = [{"field": f"{where}.map.{name}",
                  "message": f"{target.name} has no parameter {name!r}"}
@@ -259,8 +283,8 @@ def _mapping_problems(spec: ViewSpec, index: int, dependency: DependencySpec,
     problems += [{"field": f"{where}.days.into", "message": f"{target.name} has no "
                   f"parameter {name!r}"} for name in into if name not in types]
     for name, kind in types.items():
-        problems += _coverage(f"{where}.map.{name}", name, kind, dependency, own_types,
-                              target.name)
+        problems += _coverage(f"{where}.map.{name}", name, (kind, patterns[name]),
+                              dependency, own_types, target.name)
     if dependency.days is not None:
         problems += [{"field": f"{where}.days.of", "message": f"{name!r} is a {own_types[name]}; "
                       "a date is read from string or int parameters"}
@@ -269,9 +293,12 @@ def _mapping_problems(spec: ViewSpec, index: int, dependency: DependencySpec,
     return problems
 
 
-def _coverage(field: str, name: str, kind: str, dependency: DependencySpec,
-              own_types: Mapping[str, str], target: str) -> list[dict[str, str]]:
-    """Whether the dependency parameter ``name`` gets exactly one value of its type."""
+def _coverage(field: str, name: str, typed: tuple[str, str | None],
+              dependency: DependencySpec, own_types: Mapping[str, str],
+              target: str) -> list[dict[str, str]]:
+    """Whether the dependency parameter ``name`` gets exactly one value of its type
+    (``typed``: its type and pattern)."""
+    kind, pattern = typed
     into = dependency.days.into if dependency.days else []
     if name in into:
         if name in dependency.map:
@@ -289,7 +316,7 @@ def _coverage(field: str, name: str, kind: str, dependency: DependencySpec,
         if ref is not None and own_types.get(ref, kind) != kind:
             problems.append({"field": field, "message": f"${ref} is a {own_types[ref]}; "
                              f"{name!r} of {target} is a {kind}"})
-        elif ref is None and not value_fits(kind, fixed(item)):
+        elif ref is None and not value_fits(kind, fixed(item), pattern):
             problems.append({"field": field, "message": f"{fixed(item)!r} is not a {kind}"})
     return problems
 

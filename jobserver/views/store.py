@@ -29,6 +29,8 @@ from jobserver.store.bulk import json_rows
 from jobserver.store.engine import store_now
 from jobserver.store.epochs import fenced
 from jobserver.store.models import as_utc
+from jobserver.store.records import Actor
+from jobserver.views.gates import release
 from jobserver.views.model import StoredPartition, ViewAddress, ViewState
 from jobserver.views.tables import view_events, view_partitions, views
 
@@ -118,8 +120,16 @@ class ViewRepository:
         return [_definition(row) for row in rows]
 
     def delete(self, name: str) -> bool:
-        """Drop a definition and what the store knows of its partitions."""
+        """Drop a definition and what the store knows of its partitions; the gates of
+        those in flight are discarded (:mod:`jobserver.views.gates`): no tracker will
+        settle them, and their dependents must not wait for ever."""
         with self._tx.write() as conn:
+            flying = conn.execute(select(view_partitions.c["values"]).where(
+                view_partitions.c.view == name,
+                view_partitions.c.state.in_([s.value for s in ViewState if s.in_flight])))
+            if release(conn, [address_of(name, values) for (values,) in flying],
+                       Actor("views")):
+                self._tx.notify(conn)
             conn.execute(delete(view_partitions).where(view_partitions.c.view == name))
             return bool(conn.execute(delete(views).where(views.c.name == name)).rowcount)
 

@@ -8,13 +8,20 @@ A round, in one transaction fenced by the seat's lease:
   as transformation timestamp and the version checksum the job ran with (its
   ``params.version_checksum``: the version that actually ran, not the one current
   now); ERROR or DISCARDED → RETRYING with a new job while fewer than
-  ``views.retries`` retries were made, else FAILED;
+  ``views.retries`` retries were made (FAILED at once if the job can no longer be
+  rendered), else FAILED;
+* discards the gates of every partition it made MATERIALIZED or FAILED
+  (:mod:`jobserver.views.gates`), which lets its dependents' jobs start: a RETRYING
+  partition keeps them, so its dependents wait for the retry, as Schedoscope's
+  dependents wait until a view is failed after its retries;
 * moves partitions whose job now runs from WAITING or RETRYING to TRANSFORMING;
 
 then hands the new ``view_events`` rows, in commit order (cursor ``views/events``), to
 the view scheduling listeners. Every write is a compare-and-set through
 :meth:`ViewRepository.apply`, so a materialize request racing the tracker loses
-nothing: one of the two plans again.
+nothing: one of the two plans again. The gates are looked up after the rows'
+compare-and-set, which waits for a request holding one of them: a gate that request
+made is seen and discarded.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, select, text
@@ -35,6 +43,7 @@ from jobserver.store.jobs import KeyedSubmit
 from jobserver.store.feed import Cursor, FinalEvent, final_events, horizon, load_cursor, save_cursor
 from jobserver.store.models import as_utc
 from jobserver.store.tables import jobs
+from jobserver.views.gates import release
 from jobserver.views.listeners import ViewSchedulingEvent
 from jobserver.views.materialize import JOBS_FEED, VIEWS, Materializer, job_key
 from jobserver.views.model import ViewState
@@ -95,16 +104,22 @@ class ViewTracker(PlannerLoop):
             view_partitions.c.state.in_(IN_FLIGHT))).mappings().all()
         params = dict(conn.execute(select(jobs.c.id, jobs.c.params).where(
             jobs.c.id.in_([row["job_id"] for row in rows]))).all())
-        changes: list[Change] = []
-        retry: list[tuple[Any, int]] = []
-        for row in rows:
-            event = by_job[row["job_id"]]
-            change = self._outcome(row, event, params.get(row["job_id"]) or {})
-            changes.append(change)
-            if change.state is ViewState.RETRYING:
-                retry.append((change.address, row["row_version"]))
+        changes = [self._outcome(row, by_job[row["job_id"]], params.get(row["job_id"]) or {})
+                   for row in rows]
+        retry: dict[Any, KeyedSubmit] = {}
+        if any(change.state is ViewState.RETRYING for change in changes):
+            views = self._materializer.definitions()
+            for index, change in enumerate(changes):
+                if change.state is ViewState.RETRYING:
+                    changes[index], item = self._retry(views, change, change.expected)
+                    if item is not None:
+                        retry[change.address] = item
         self._store.views.apply(conn, changes)
         self._resubmit(conn, retry)
+        settled = [c.address for c in changes
+                   if c.state in (ViewState.MATERIALIZED, ViewState.FAILED)]
+        if settled and release(conn, settled, VIEWS):
+            self._store.tx.notify(conn)
 
     def _outcome(self, row: Any, event: FinalEvent, params: dict[str, Any]) -> Change:
         address = address_of(row["view"], row["values"])
@@ -125,22 +140,27 @@ class ViewTracker(PlannerLoop):
                       f"job {event.job_id} ended {event.state} after "
                       f"{row['retries']} retries")
 
-    def _resubmit(self, conn: Connection, retry: list[tuple[Any, int]]) -> None:
-        """A new job for each partition to retry, keyed by its new row version."""
+    def _retry(self, views: dict[str, Any], change: Change,
+               version: int) -> tuple[Change, KeyedSubmit | None]:
+        """The job retrying ``change``'s partition, keyed by its new row version; a
+        partition whose job cannot be rendered any more (its view deleted, a value no
+        longer fits) is FAILED instead: RETRYING with no job would hold its
+        dependents for ever."""
+        try:
+            spec = self._materializer.rendered(views, change.address)
+            return change, KeyedSubmit(spec, validate_job(spec, self._materializer.policy),
+                                       job_key(change.address, version + 1), None, VIEWS)
+        except JobServerError as exc:
+            log.error("view %s cannot be retried: %s", change.address, exc)
+            return replace(change, state=ViewState.FAILED, values={"job_id": None},
+                           message=f"{change.message}: cannot be retried: {exc}"), None
+
+    def _resubmit(self, conn: Connection, retry: dict[Any, KeyedSubmit]) -> None:
+        """The new job of each partition to retry, on its row."""
         if not retry:
             return
-        views = self._materializer.definitions()
-        items = {}
-        for address, version in retry:
-            try:
-                spec = self._materializer.rendered(views, address)
-            except JobServerError as exc:
-                log.error("view %s cannot be retried: %s", address, exc)
-                continue
-            items[address] = KeyedSubmit(spec, validate_job(spec, self._materializer.policy),
-                                         job_key(address, version + 1), None, VIEWS)
-        ids = self._store.jobs.submit_keyed(list(items.values()), conn=conn)
-        self._store.views.set_jobs(conn, {a: ids[item.key] for a, item in items.items()})
+        ids = self._store.jobs.submit_keyed(list(retry.values()), conn=conn)
+        self._store.views.set_jobs(conn, {a: ids[item.key] for a, item in retry.items()})
 
     def _started(self, conn: Connection) -> None:
         """WAITING or RETRYING partitions whose job runs now → TRANSFORMING."""

@@ -173,6 +173,32 @@ def test_resume_from_failure_resumes_from_the_fifth_of_ten_jobs(harness: Harness
             if event.message == "resume" and event.step is None] == ["batch ORDER/IN"]
 
 
+def test_a_resumed_stage_keeps_its_failed_launch_in_the_audit(harness: Harness) -> None:
+    """A resume runs the same engine job's steps again in place: the failed launch's
+    jobs were copied when it ended, so the audit still shows fnd5 FAILED in launch 1."""
+    put(harness.store, stage_settings={"FND": {"resume_from_failure": True}})
+    run(harness, "STG", watermark=day(1))
+    FAIL.add(("FND", "fnd5"))
+    assert run(harness, "FND").status is RunStatus.FAILED
+    FAIL.clear()
+    assert run(harness, "FND").status is RunStatus.SUCCESS
+    rows = harness.store.batch_audit.rows(AuditFilter(system="ORDER", stage="FND"))
+    launches = [r for r in rows if r.work_unit == "stage"]
+    assert [(r.instance_id.split("-", 1)[1], r.status, r.launch) for r in launches] == [
+        ("FND-1", "FAILED", 1), ("FND-2", "SUCCESS", 2)]
+    assert launches[0].job_id == launches[1].job_id and "fnd5 failed" in launches[0].message
+    assert launches[0].end_time <= launches[1].start_time
+    jobs = {r.instance_id.split("-", 1)[1]: (r.status, r.message)
+            for r in rows if r.work_unit == "job"}
+    assert jobs["FND-1-fnd5"][0] == "FAILED" and "fnd5 failed" in jobs["FND-1-fnd5"][1]
+    assert (jobs["FND-1-fnd4"], jobs["FND-1-fnd6"]) == (("SUCCESS", None),
+                                                          ("NOT_STARTED", None))
+    assert jobs["FND-2-fnd5"] == ("SUCCESS", None)
+    assert launches[0].metrics["records_out"] == 40  # fnd1..fnd4, 10 records each
+    failed = harness.store.batch_audit.rows(AuditFilter(system="ORDER", status="FAILED"))
+    assert [r.instance_id.split("-", 1)[1] for r in failed] == ["FND-1", "FND-1-fnd5"]
+
+
 def test_two_runs_at_once_launch_a_stage_once(harness: Harness) -> None:
     put(harness.store)
     request = parse_model(RunRequest, {"system": "ORDER", "location": "IN", "stage": "STG",

@@ -118,7 +118,7 @@ def test_a_run_creates_batches_to_the_watermark_and_filters_find_them(
     audit = ok(seeded.get(f"{BASE}/audit", query_string={"work_unit": "stage", "stage": "STG"},
                           headers=AUTH))["audit"]
     assert [(r["instance_id"], r["status"]) for r in audit] == [
-        (f"{page[0]['id']}-STG", "RUNNING")]
+        (f"{page[0]['id']}-STG-1", "RUNNING")]
     error_of(seeded.get(f"{BASE}/audit", query_string={"work_unit": "step"}, headers=AUTH), 422)
 
 

@@ -71,7 +71,7 @@ def test_batch_run_waits_and_exits_by_outcome(harness: Harness, tmp_path: Path) 
     status = cli(harness, port, "batch", "status", "--system", "ORDER")
     assert "STG=SUCCESS FND=FAILED" in status.stdout, status
     audit = cli(harness, port, "batch", "audit", "--system", "ORDER", "--work-unit", "job")
-    assert "-STG-extract" in audit.stdout and "-FND-build" in audit.stdout, audit
+    assert "-STG-1-extract" in audit.stdout and "-FND-1-build" in audit.stdout, audit
     harness.terminate(node)
 
 

@@ -14,8 +14,8 @@ from sqlalchemy import func, insert, select
 
 from jobserver.config import SchedulesConfig
 from jobserver.exceptions import FencedOff, StoreUnavailable
-from jobserver.metrics import ScheduleMetrics
 from jobserver.schedules.evaluator import ScheduleEvaluator
+from jobserver.schedules.metrics import ScheduleMetrics
 from jobserver.schedules.spec import parse_schedule, spec_hash, watch_targets
 from jobserver.schedules.store import EvaluatorStore
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches

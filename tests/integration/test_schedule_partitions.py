@@ -6,11 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import delete
 
 from jobserver.datasets.feed import NewPartitions
 from jobserver.datasets.spec import parse_dataset
+from jobserver.datasets.tables import datasets
+from jobserver.schedules.spec import parse_schedule
 from jobserver.store import Store
-from tests.integration.test_schedule_evaluator import Harness
+from tests.integration.test_schedule_evaluator import POLICY, TEMPLATE, Harness
 
 
 @pytest.fixture
@@ -96,3 +99,57 @@ def test_a_trigger_on_a_consumer_counts_what_that_consumer_would_take(h: Harness
     h.round(seconds=5)
     (error,) = h.evaluations(missing, "error")
     assert "has no consumer nobody" in error.reason
+
+
+def enabled(h: Harness, name: str, **fields: Any) -> int:
+    """A schedule created enabled through the catalog, as ``PUT`` with ``enabled:
+    true`` makes one; its id."""
+    spec = parse_schedule({"name": name, "template": TEMPLATE, "trigger": trigger(**fields)},
+                          POLICY)
+    return h.store.schedules.create(spec, enabled=True).id
+
+
+def test_partitions_committed_after_the_enabling_count_before_the_evaluator_looks(
+        h: Harness) -> None:
+    add(h, ("2026-11-01", "a"))  # before the enabling: not new to it
+    sid = enabled(h, "fresh")
+    add(h, ("2026-11-02", "a"))  # after it, before the evaluator's first look at raw
+    h.round(seconds=1)
+    (launched,) = h.schedule_jobs(sid)
+    assert launched.state == "LAUNCHED"
+    assert [n["count"] for n in launched.notifications] == [1]
+
+
+def test_a_dataset_declared_again_is_read_from_the_enabling_of_its_schedules(
+        h: Harness) -> None:
+    sid = enabled(h, "redeclared")
+    with h.store.tx.write() as conn:  # the API refuses to delete it while it is watched
+        conn.execute(delete(datasets).where(datasets.c.name == "raw"))
+    h.store.datasets.create(parse_dataset({"name": "raw", "key": [
+        {"name": "day", "type": "date"}, {"name": "shop", "type": "string"}]}))
+    add(h, ("2026-11-02", "a"))
+    h.round(seconds=1)
+    assert [sj.state for sj in h.schedule_jobs(sid)] == ["LAUNCHED"]
+
+
+@pytest.mark.parametrize("store", ["postgres"], indirect=True)
+def test_a_schedule_enabled_while_the_evaluator_reads_gets_what_it_read(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL only, where the evaluator's reads and an enabling interleave: the
+    enabling and a partition both commit after the evaluator read who watches raw,
+    before it reads raw's new partitions (SQLite's writers cannot interleave)."""
+    enabled(h, "early")
+    h.round(seconds=1)  # raw's cursor exists
+    feed = h.evaluator.partition_feeds[0]
+    read = feed.read
+    late: list[int] = []  # the schedule enabled during the read
+
+    def read_after_an_enabling(conn: Any, limit: int, names: set[str]) -> list[Any]:
+        if not late:
+            late.append(enabled(h, "late"))
+            add(h, ("2026-11-02", "a"))
+        return read(conn, limit, names)
+
+    monkeypatch.setattr(feed, "read", read_after_an_enabling)
+    h.round(seconds=2)
+    assert [sj.state for sj in h.schedule_jobs(late[0])] == ["LAUNCHED"]

@@ -20,6 +20,8 @@ from sqlalchemy import func, insert, select, update
 
 from jobserver.api import create_app
 from jobserver.config import load_config
+from jobserver.datasets.consumer_spec import parse_consumer
+from jobserver.datasets.spec import parse_dataset
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
 from jobserver.states import State
 from jobserver.store import Store
@@ -212,6 +214,7 @@ def test_put_creates_and_a_dry_run_changes_nothing(api: Api) -> None:
 
 def test_delete_disables_then_removes_everything_but_launched_jobs(api: Api) -> None:
     client, store = api
+    create(client, name="other")
     schedule = create(client, enabled=True, trigger={
         "type": "and", "parts": [{"type": "job_status", "job": "extract"},
                                  {"type": "job_status", "schedule": "other"}]})
@@ -224,7 +227,7 @@ def test_delete_disables_then_removes_everything_but_launched_jobs(api: Api) -> 
     assert response.status_code == 204, response.get_data(as_text=True)
     assert error_of(client.get(NIGHTLY, headers=AUTH), 404)["code"] == "not_found"
     assert [count(store, table) for table in (schedules, schedule_jobs, evaluations,
-                                              watches)] == [0, 0, 0, 0]
+                                              watches)] == [1, 0, 0, 0]  # other's
     assert store.jobs.get(job_id).state is State.READY
     for method, path in (("delete", NIGHTLY), ("post", f"{NIGHTLY}/enable"),
                          ("post", f"{NIGHTLY}/disable"), ("get", f"{NIGHTLY}/jobs"),
@@ -234,6 +237,7 @@ def test_delete_disables_then_removes_everything_but_launched_jobs(api: Api) -> 
 
 def test_watches_follow_updates(api: Api) -> None:
     client, store = api
+    declare(store, "logs", "raw")
     create(client, trigger={"type": "job_status", "job": "extract"})
     ok(client.put(NIGHTLY, json=body(trigger={"type": "partition", "dataset": "logs/raw"}),
                   headers=AUTH))
@@ -282,6 +286,14 @@ BAD = [
     ("namespace-with-slash", {"namespace": "a/b"}, "namespace"),
     ("name-with-slash", {"name": "a/b"}, "name"),
     ("enabled-not-bool", {"enabled": "yes"}, "enabled"),
+    ("partition-on-a-missing-dataset", {"trigger": {"type": "partition", "dataset": "raw"}},
+     "trigger.dataset"),
+    ("job-status-on-a-missing-schedule", {"trigger": {"type": "job_status",
+                                                      "schedule": "extract"}},
+     "trigger.schedule"),
+    ("a-missing-dataset-in-an-or", {"trigger": {"type": "or", "parts": [
+        {"type": "time", "interval": "1h"},
+        {"type": "partition", "dataset": "logs/raw"}]}}, "trigger.parts[1].dataset"),
 ]
 
 
@@ -295,6 +307,33 @@ def test_bad_schedule_is_refused_naming_the_field_and_stores_nothing(
         error = error_of(client.put(NIGHTLY, json=body(**fields), headers=AUTH), 422)
         assert field in fields_of(error), error
     assert [count(store, table) for table in (schedules, watches)] == [0, 0]
+
+
+def declare(store: Store, namespace: str, name: str) -> None:
+    store.datasets.create(parse_dataset({"namespace": namespace, "name": name,
+                                         "key": [{"name": "day", "type": "date"}]}))
+
+
+def test_a_trigger_on_a_missing_consumer_or_key_field_is_refused_until_it_exists(
+        api: Api) -> None:
+    client, store = api
+    declare(store, "default", "raw")
+    on_consumer = body(trigger={"type": "partition", "dataset": "raw", "consumer": "load"})
+    error = error_of(client.post(BASE, json=on_consumer, headers=AUTH), 422)
+    assert fields_of(error) == ["trigger.consumer"]
+    assert "dataset default/raw has no consumer load" in error["message"]
+    on_field = body(trigger={"type": "and", "parts": [
+        {"type": "partition", "dataset": "raw", "filter": ["day >= 2026-11-01", "shop = a"]},
+        {"type": "job_status", "schedule": "nightly"}]})  # its own runs: allowed
+    error = error_of(client.put(NIGHTLY, json=on_field, headers=AUTH), 422)
+    assert fields_of(error) == ["trigger.parts[0].filter[1]"] and "shop" in error["message"]
+    assert count(store, schedules) == 0
+    dry = ok(client.put(f"{NIGHTLY}?dry_run=true", json=on_consumer, headers=AUTH))
+    assert dry["change"] == "created"  # apply --dry-run of a file that declares it too
+    store.consumers.put(parse_consumer({"dataset": "raw", "name": "load"}))
+    ok(client.put(NIGHTLY, json=on_consumer, headers=AUTH), 201)
+    on_field["trigger"]["parts"][0]["filter"] = ["day >= 2026-11-01"]
+    assert ok(client.put(NIGHTLY, json=on_field, headers=AUTH))["change"] == "updated"
 
 
 def test_malformed_bodies(api: Api) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from jobserver.batches.page_grid import batch_audit, batch_grid
 from jobserver.exceptions import NotFound
-from jobserver.ui.batch_grid import batch_audit, batch_grid
 from tests.integration.test_batches import (DAY0, FAIL, day, harness, put,  # noqa: F401
                                             run)
 from tests.integration.test_runner import Harness
@@ -61,7 +61,7 @@ def test_a_batchs_audit_is_it_its_stages_and_their_jobs(harness: Harness) -> Non
     units = [(u.work_unit, u.work_unit_name, u.status) for u in page.units]
     assert units[:4] == [("batch", f"ORDER/IN/{day(3)}", "FAILED"), ("stage", "STG", "SUCCESS"),
                          ("job", "stg1", "SUCCESS"), ("job", "stg2", "SUCCESS")]
-    fnd = [u for u in page.units if u.parent_id == f"{third.id}-FND"]
+    fnd = [u for u in page.units if u.parent_id == f"{third.id}-FND-1"]
     assert [u.status for u in fnd][:5] == ["SUCCESS"] * 3 + ["FAILED", "NOT_STARTED"]
     assert fnd[0].metrics["records_out"] == 10 and "wall_milliseconds" in fnd[0].metrics
     with pytest.raises(NotFound):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from jobserver.datasets.page_board import (PartitionQuery, dataset_page, dataset_rows,
+                                           quoted, refused)
 from jobserver.datasets.spec import parse_dataset
 from jobserver.store import Store
-from jobserver.ui.dataset_board import (PartitionQuery, dataset_page, dataset_rows, quoted,
-                                        refused)
 from tests.integration.test_consumers import add, consume, consumer, harness  # noqa: F401
 from tests.integration.test_runner import Harness
 
@@ -106,6 +106,22 @@ def test_a_lag_far_behind_is_counted_up_to_a_cap(harness: Harness,
     assert (capped.lag, capped.lag_capped) == (5, True)
     (at_cap,) = store.consumers.list("default", "raw", lag_cap=24)
     assert (at_cap.lag, at_cap.lag_capped) == (24, False)
-    monkeypatch.setattr("jobserver.ui.dataset_board.LAG_CAP", 10)
+    monkeypatch.setattr("jobserver.datasets.page_board.LAG_CAP", 10)
     (shown,) = dataset_page(store, "default", "raw").consumers
     assert (shown.lag, shown.lag_capped) == (10, True)
+
+
+def test_a_capped_lag_reads_a_window_after_the_pointer_whatever_the_filter(
+        harness: Harness) -> None:
+    # One partition in four matches: a capped count reads the first cap + 1 after
+    # the pointer and counts the matching ones there (a lower bound), instead of
+    # reading on until cap of them match.
+    store = harness.store
+    consumer(store, filter=["meta.source = crawler"])
+    for hour in range(24):
+        add(store, range(hour, hour + 1), meta={"source": "crawler" if hour % 4 == 0
+                                                else "feed"})
+    (exact,) = store.consumers.list("default", "raw")
+    (capped,) = store.consumers.list("default", "raw", lag_cap=8)
+    assert (exact.lag, exact.lag_capped) == (6, False)
+    assert (capped.lag, capped.lag_capped) == (3, True)  # hours 0, 4 and 8 of 0..8

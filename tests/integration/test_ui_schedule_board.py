@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
+from jobserver.schedules.page_board import schedule_detail, schedule_rows
 from jobserver.schedules.spec import parse_schedule
 from jobserver.states import Operation, State
 from jobserver.store import Store
-from jobserver.ui.schedule_board import schedule_detail, schedule_rows
 from tests.integration.test_schedule_evaluator import POLICY, TEMPLATE, Harness
 
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from jobserver.requester import PLANNER_ITSELF
 from jobserver.store import Store
-from jobserver.ui.view_grid import (MAX_CELLS, invalidate, invalidation_of, materialize,
-                                    place, plan_of, view_grid)
 from jobserver.views.model import Action, Mode, ViewAddress, ViewState
+from jobserver.views.page_grid import (MAX_CELLS, invalidate, invalidation_of, materialize,
+                                       place, plan_of, view_grid)
 from tests.integration.test_views import FAILING, RELEASE, World
 
 CLEAN_MAY = "t.stage/Clean/S1/rymd(20150501-20150504)"
@@ -93,7 +94,8 @@ def test_materialize_runs_the_plan_that_was_shown(world: World) -> None:
     assert shown.counts == {"set": 1, "transform": 1}
     assert world.store.views.listing() == []  # showing writes nothing
     world.data("02", at=time.time() - 3600)  # not addressed: the plan stays the same
-    again, outcome = materialize(world.materializer, pattern, Mode.DEFAULT, shown.digest)
+    again, outcome = materialize(world.materializer, pattern, Mode.DEFAULT, shown.digest,
+                                 PLANNER_ITSELF)
     assert outcome is not None and again.digest == shown.digest
     assert len(outcome.jobs) == 1
     world.settle()
@@ -105,7 +107,8 @@ def test_a_plan_changed_since_shown_is_shown_again_not_run(world: World) -> None
     pattern = "t.stage/Clean/S1/2015/05/01"
     shown = plan_of(world.materializer, pattern, Mode.DEFAULT)
     world.materialize(pattern)  # someone else ran it meanwhile: now it is being transformed
-    again, outcome = materialize(world.materializer, pattern, Mode.DEFAULT, shown.digest)
+    again, outcome = materialize(world.materializer, pattern, Mode.DEFAULT, shown.digest,
+                                 PLANNER_ITSELF)
     assert outcome is None and again.digest != shown.digest
     assert again.counts == {"skip": 1, "join": 1}
 

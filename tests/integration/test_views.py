@@ -24,6 +24,7 @@ import pytest
 
 from jobserver.config import ViewsConfig
 from jobserver.spec import Policy
+from jobserver.states import State
 from jobserver.store import Store
 from jobserver.views.catalog import ViewCatalog
 from jobserver.views.listeners import ViewSchedulingEvent
@@ -398,9 +399,17 @@ def test_jobs_wait_for_their_dependencies_jobs(world: World) -> None:
     outcome = world.materializer.materialize(WEEKLY, Mode.DEFAULT)
     weekly_job = world.store.jobs.get(outcome.jobs[next(a for a in outcome.jobs
                                                        if a.path == WEEKLY)])
-    upstream = {outcome.jobs[a] for a in outcome.jobs if a.path != WEEKLY}
-    assert {link.job for link in weekly_job.after} == upstream
-    assert {link.when for link in weekly_job.after} == {"done"}
+    upstream = {a.path for a in outcome.jobs if a.path != WEEKLY}
+    # Not the upstream jobs themselves (a failed one would let it start during the
+    # retry): each upstream partition's gate, held until the tracker settles it.
+    links = weekly_job.after or []
+    gates = [world.store.jobs.get(link.job) for link in links]
+    assert {gate.name.removeprefix("view gate ") for gate in gates} == upstream
+    assert {gate.state.value for gate in gates} == {"READY"}
+    assert {link.when for link in links} == {"done"}
+    world.settle()
+    assert {world.store.jobs.get(gate.id).state.value for gate in gates} == {"DISCARDED"}
+    assert world.state(WEEKLY).state is ViewState.MATERIALIZED
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"], indirect=True)
@@ -427,7 +436,8 @@ def test_two_nodes_materializing_overlapping_patterns_make_one_job_per_partition
         for thread in threads:
             thread.join(30)
         assert len(outcomes) == 2
-        assert store.jobs.count_by_state() == {"READY": 4}  # 3 Clean + Weekly
+        # 3 Clean + Weekly, and the gates of the 3 Clean partitions Weekly waits for.
+        assert store.jobs.count_by_state() == {"READY": 7}
         shared = [a for a in outcomes[0].jobs if a in outcomes[1].jobs]
         assert len(shared) == 2 and all(outcomes[0].jobs[a] == outcomes[1].jobs[a]
                                         for a in shared)
@@ -445,3 +455,57 @@ def test_the_metrics_count_view_partitions_by_state(world: World) -> None:
                 if f.name == "jobserver_view_partitions"]
     values = {sample.labels["state"]: sample.value for sample in family.samples}
     assert values["no-data"] == 2 and values["materialized"] == 0
+
+
+def _jobs_named(store: Store, name: str) -> list[Any]:
+    return sorted(store.jobs.list(name=name)[0], key=lambda job: job.id)
+
+
+def test_a_dependent_joining_a_retrying_partition_waits_for_its_retry(
+        lite: Store, tmp_path: Path) -> None:
+    FAILING.clear()
+    w = World(lite, tmp_path / "data", retries=1)
+    try:
+        for day in DAYS:
+            w.data(day, at=time.time() - 3600)
+        clean = "t.stage/Clean/S1/2015/05/01"
+        FAILING.add(clean)
+        assert w.materialize(clean)[clean][0] is Action.TRANSFORM  # alone: no gate
+        assert w.materialize()[clean][0] is Action.JOIN  # Weekly joins its job
+        [gate] = _jobs_named(lite, f"view gate {clean}")
+        weekly = lite.jobs.get(w.state(WEEKLY).job_id)
+        assert gate.id in {link.job for link in weekly.after or []}
+        w.harness.claim()  # Clean's three jobs; Weekly's waits for their gates
+        wait_for(lambda: set(lite.jobs.count_by_state()) == {"READY", "SUCCEED", "ERROR"},
+                 what="the Clean jobs to end")
+        w.track()
+        assert w.state(clean).state is ViewState.RETRYING
+        assert lite.jobs.get(weekly.id).state.value == "READY"
+        FAILING.clear()
+        w.settle()
+        first, retry = _jobs_named(lite, f"view {clean}")
+        weekly = lite.jobs.get(weekly.id)
+        assert (first.state.value, retry.state.value, weekly.state.value) == (
+            "ERROR", "SUCCEED", "SUCCEED")
+        assert weekly.started_at >= retry.finished_at
+        assert lite.jobs.get(gate.id).state.value == "DISCARDED"
+    finally:
+        w.close()
+
+
+def test_a_partition_leaving_flight_without_its_job_lets_its_dependents_go(
+        world: World) -> None:
+    for day in DAYS:
+        world.data(day)
+    world.materialize()
+    gates = {path: _jobs_named(world.store, f"view gate {path}")[0].id
+             for path in (f"t.stage/Clean/S1/2015/05/{day}" for day in DAYS)}
+    # Forced materialized while its job waits: its gate goes with the row's change.
+    world.materialize("t.stage/Clean/S1/2015/05/01", Mode.SET_ONLY)
+    states = world.store.jobs.states(list(gates.values()))
+    assert [states[gates[path]].value for path in sorted(gates)] == [
+        "DISCARDED", "READY", "READY"]
+    # A deleted view is no longer tracked: its partitions' gates go with it.
+    world.catalog.delete("t.mart/Weekly")
+    world.catalog.delete("t.stage/Clean")
+    assert set(world.store.jobs.states(list(gates.values())).values()) == {State.DISCARDED}

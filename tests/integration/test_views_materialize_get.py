@@ -111,3 +111,23 @@ def test_get_materialize_needs_the_submit_scope(base: str, store: Store) -> None
     assert job_count(base) == 0
     status, listed = call(f"{base}/api/v1/views", reader)
     assert (status, listed["views"]) == (200, [])
+
+
+def test_the_views_query_pages_by_partitions_and_dependency_paths(
+        base: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("jobserver.views.status.MAX_LISTED_LINKS", 1)
+    query = f"{base}/api/v1/views?pattern=t.stage/Clean/SHOP10/rymd(20150503-20150504)"
+    status, first = call(f"{query}&dependencies=true", CONFIG_TOKEN)
+    assert status == 200, first
+    assert [v["path"] for v in first["views"]] == [
+        "t.src/Raw/SHOP10/2015/05/03", "t.stage/Clean/SHOP10/2015/05/03",
+        "t.src/Raw/SHOP10/2015/05/04"]  # a second dependency path would pass 1
+    assert (first["truncated"], first["next_offset"]) == (True, 3)
+    status, rest = call(f"{query}&dependencies=true&offset=3", CONFIG_TOKEN)
+    assert [v["path"] for v in rest["views"]] == ["t.stage/Clean/SHOP10/2015/05/04"]
+    assert (rest["truncated"], rest["next_offset"], rest["overview"]) == (
+        False, None, {"receive": 4})
+    status, one = call(f"{query}&limit=1", CONFIG_TOKEN)
+    assert (len(one["views"]), one["next_offset"]) == (1, 1)
+    status, refused = call(f"{base}/api/v1/views?offset=1", CONFIG_TOKEN)
+    assert status == 422 and refused["error"]["details"][0]["field"] == "offset"

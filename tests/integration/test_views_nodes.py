@@ -56,6 +56,14 @@ def harness(tmp_path: Path):
     harness.cleanup()
 
 
+def _view_jobs_and_gates(api: Api) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The view jobs, and how many gates each partition has."""
+    every = api.jobs()
+    gates = Counter(job["name"].removeprefix("view gate ") for job in every
+                    if job["name"].startswith("view gate "))
+    return [job for job in every if not job["name"].startswith("view gate ")], gates
+
+
 def _both_serving(apis: dict[str, Api]) -> bool:
     """Each node answers on its own port and sees both nodes alive."""
     try:
@@ -121,8 +129,10 @@ def test_two_nodes_materializing_overlapping_patterns_submit_one_job_per_partiti
     # write and it planned again (else this test would not test the race).
     assert any(n > 1 for n in attempts[0] + attempts[1]), attempts
 
-    # One engine job per view partition to transform, whichever node planned it.
-    jobs = apis["node-2"].jobs()
+    # One engine job per view partition to transform, whichever node planned it, and
+    # one gate (jobserver.views.gates) per Clean partition a Weekly job waits for.
+    jobs, gates = _view_jobs_and_gates(apis["node-2"])
+    assert set(gates) <= TRANSFORMED and set(gates.values()) == {1}, gates
     per_partition = Counter(job["name"].removeprefix("view ") for job in jobs)
     assert set(per_partition) == TRANSFORMED
     assert {path: n for path, n in per_partition.items() if n != 1} == {}
@@ -143,8 +153,12 @@ def test_two_nodes_materializing_overlapping_patterns_submit_one_job_per_partiti
     wait_for(lambda: overview("node-1", on_1) == {"materialized": 13 * len(SHOPS)}
              and overview("node-2", on_2) == {"materialized": 12 * len(SHOPS)}, 40, 0.2,
              "every view partition to be materialized")
-    assert {job["state"] for job in apis["node-1"].jobs()} == {"SUCCEED"}
-    assert len(apis["node-1"].jobs()) == len(TRANSFORMED)  # none was run again
+    jobs, _ = _view_jobs_and_gates(apis["node-1"])
+    assert {job["state"] for job in jobs} == {"SUCCEED"}
+    assert len(jobs) == len(TRANSFORMED)  # none was run again
+    # Every gate was let go once its partition was materialized.
+    assert {job["state"] for job in apis["node-1"].jobs()
+            if job["name"].startswith("view gate ")} == {"DISCARDED"}
     # Materialized and unchanged: asking each node again runs nothing.
     for name, pattern, size in (("node-1", on_1, 13), ("node-2", on_2, 12)):
         again = apis[name].call("POST", "/api/v1/views/materialize", {"pattern": pattern})

@@ -153,7 +153,10 @@ def test_two_requests_planning_together_make_one_job_per_partition(store: Store)
     for thread in threads:
         thread.join(30)
     assert sum(isinstance(o, CasConflict) for o in outcomes) == 1
-    assert store.jobs.count_by_state().get("READY") == 2
+    # A job per partition, and the gate of STAGE that MART's job waits for.
+    assert sorted(job.name for job in store.jobs.list(limit=10)[0]) == [
+        f"view {MART.path}", f"view {STAGE.path}", f"view gate {STAGE.path}"]
+    assert store.jobs.count_by_state() == {"READY": 3}
     stored = store.views.read([STAGE, MART])
     assert {row.state for row in stored.values()} == {ViewState.WAITING}
 

@@ -76,7 +76,7 @@ def test_ties_are_refused_naming_both() -> None:
     document["job_group_mapping"].append({"system": "ORDER", "sub_system": "SHIPMENT",
                                           "stage": "STG", "job_group": ["JOB_GROUP_X"]})
     details = refused(document)
-    assert details[0]["field"] == "job_group_mapping[5]"
+    assert details[0]["field"] == f"job_group_mapping[{len(document['job_group_mapping']) - 1}]"
     assert "job_group_mapping[2]" in details[0]["message"]
 
 
@@ -87,6 +87,7 @@ def test_ties_are_refused_naming_both() -> None:
                                                 "depends_on": ["a"]}), "job_groups[0].jobs"),
     (lambda d: d["system_stage_mapping"][0]["stages"].append("LOAD"),
      "system_stage_mapping[0].stages[3]"),
+    (lambda d: d["job_group_mapping"].pop(3), "system_stage_mapping[0].stages[1]"),
     (lambda d: d["job_group_mapping"][0].__setitem__("job_group", ["NOPE"]),
      "job_group_mapping[0].job_group[0]"),
     (lambda d: d["job_groups"][0]["jobs"].append("UNKNOWN_JOB"), "job_groups[0].jobs[3]"),

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from typing import Any
+
+import pytest
 
 from jobserver.views.checksums import (is_sql, normalize_sql, structure_checksum,
                                        version_checksum)
+from jobserver.views.shell_text import script_index, strip_comments
 from jobserver.views.spec import ViewSpec, parse_view
 
 
@@ -78,3 +83,85 @@ def test_noop_views_share_one_checksum() -> None:
                        "transformation": "noop"})
     assert version_checksum(noop) == version_checksum(noop.model_copy(update={"name": "a.b/C"}))
     assert version_checksum(noop) != version_checksum(spec())
+
+
+# -- shell comments ---------------------------------------------------------------------
+SCRIPT = """set -eu
+# Load one day's orders.
+day="$1"   # yyyy-mm-dd
+cp "/in/$day.csv" /out/  # the copy
+"""
+
+
+def test_a_shell_scripts_comments_do_not_change_the_checksum() -> None:
+    base = version_checksum(spec(["sh", "-c", 'set -eu\nday="$1"\ncp "/in/$day.csv" /out/']))
+    assert version_checksum(spec(["sh", "-c", SCRIPT])) == base
+    assert version_checksum(spec(["sh", "-c", SCRIPT.replace("the copy", "a copy")])) == base
+    assert version_checksum(spec(["sh", "-c", SCRIPT.replace("/out/", "/stage/")])) != base
+    bash = version_checksum(spec(["/bin/bash", "-euo", "pipefail", "-c", "make # all\n"]))
+    assert bash == version_checksum(spec(["/bin/bash", "-euo", "pipefail", "-c", "make"]))
+    # Not a shell's script: every character counts, as before.
+    assert version_checksum(spec(["run", "a # b"])) != version_checksum(spec(["run", "a"]))
+    assert version_checksum(spec(["sh", "x.sh", "# a"])) != \
+        version_checksum(spec(["sh", "x.sh", "# b"]))
+
+
+@pytest.mark.parametrize("kept", [
+    "echo '# {}'", 'echo "# {}"', "echo \\# {}", "echo a#{}", "echo $# {}",
+    "echo ${{#x}} {}", "echo ${{x#{}}}", "echo $((16#f)) {}", "echo $'#{}'",
+    "echo `echo # {}`", 'echo "$(echo " # {}")"', "cat <<E\n# {}\nE",
+    "cat <<-'E'\n\t# {}\n\tE", "(( x = 2#1 )) {}", "ls @(a|#{})"])
+def test_a_quoted_hash_is_no_comment(kept: str) -> None:
+    """Text after a ``#`` the shell does not read as a comment is compared."""
+    one = version_checksum(spec(["bash", "-c", kept.format("one")]))
+    assert one != version_checksum(spec(["bash", "-c", kept.format("two")])), kept
+
+
+@pytest.mark.parametrize("text", [
+    "echo 'unclosed # c", 'echo "${x:-\'}\'} # c"', "cat <<< x # c",
+    "echo $'a\\' # c'", "cat <<E\n# body, no end # c"])
+def test_text_the_reader_cannot_follow_keeps_its_comments(text: str) -> None:
+    assert strip_comments(text) == text
+
+
+def test_a_shell_script_is_no_sql_text() -> None:
+    """``set`` starts SQL too; a shell's script is read as shell, whose ``--all`` is
+    no comment."""
+    assert version_checksum(spec(["sh", "-c", "set -e; ls --all"])) != \
+        version_checksum(spec(["sh", "-c", "set -e; ls --long"]))
+
+
+@pytest.mark.parametrize("argv, index", [
+    (["sh", "-c", "x"], 2), (["bash", "-euo", "pipefail", "-c", "x", "name"], 4),
+    (["/bin/bash", "--norc", "-ec", "x"], 3), (["dash", "-c", "--", "x"], 3),
+    (["sh", "--", "-c"], None), (["sh", "x.sh"], None), (["python3", "-c", "x"], None),
+    (["sh", "-c"], None)])
+def test_the_script_of_a_shell_is_the_operand_after_c(argv: list[str],
+                                                      index: int | None) -> None:
+    assert script_index(argv) == index
+
+
+#: Scripts with comments where they are easy to mistake, each printing what it keeps.
+CORPUS = [
+    "echo '#a' \"#b\" \\#c $# a#b # gone\n# gone too\necho end",
+    'x=ab; echo ${#x} ${x#a} "${x%b}" $((1 + 2)) # gone',
+    'echo $(case a in a) echo " #in";; esac) # gone\necho "$(echo " #q")" # gone',
+    "cat <<E # gone\n# kept\n  #kept\nE\ncat <<-'E'\n\t# kept $x\n\tE\necho `echo '#'` # gone",
+    "for i in 1 2; do # gone\n  echo $i # gone\ndone; { echo br; } # gone",
+    "echo a;#gone\necho b&&#gone\necho c",
+]
+
+
+@pytest.mark.parametrize("shell", ["bash", "dash"])
+def test_the_shell_runs_the_stripped_script_alike(shell: str) -> None:
+    """What the shell prints does not change when the comments are dropped, and the
+    comments are gone."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"no {shell} here")
+    for script in CORPUS:
+        stripped = strip_comments(script, bash=shell == "bash")
+        assert "gone" not in stripped, (script, stripped)
+        ran = [subprocess.run([shell, "-c", text], capture_output=True, text=True, timeout=10)
+               for text in (script, stripped)]
+        assert ran[0].returncode == 0, (script, ran[0].stderr)
+        assert (ran[1].returncode, ran[1].stdout) == (0, ran[0].stdout), (script, stripped)

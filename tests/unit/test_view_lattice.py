@@ -34,8 +34,10 @@ def paths(addresses: Any) -> list[str]:
 
 
 def test_same_fixed_and_list_mappings() -> None:
+    # Src's day declares a pattern of its own: '$01', which the default refuses.
+    days = [*SHOP_DAY[:3], {"name": "day", "pattern": r"\$?[0-9]+"}]
     views = lattice_of(
-        {"name": "a.b/Src", "transformation": "noop"},
+        {"name": "a.b/Src", "transformation": "noop", "parameters": days},
         {"name": "a.b/Env", "parameters": [{"name": "env", "type": "string"}],
          "transformation": "noop"},
         {"name": "a.b/V", "dependencies": [
@@ -102,7 +104,8 @@ def test_without_recursion_only_the_addressed_partitions() -> None:
     (at("a.b/Src", "S", "2015", "05"), "a.b/Src/S/2015/05: a.b/Src takes 4 parameter value(s) "
                                        "(shop, year, month, day), not 3"),
     (at("a.b/N", "x"), "a.b/N/x: 'x' is not a int (n)"),
-    (at("a.b/Day", "S", "2015", "02", "30"), "a.b/Day/S/2015/02/30: 2015/02/30 is not a date"),
+    (at("a.b/Day", "S", "2015", "02", "30"), "a.b/Day/S/2015/02/30: 2015/02/30 is not a date: "
+                                            "'30' is not a day of 2015-02 (day: 01 to 28)"),
 ])
 def test_a_wrong_address_is_refused_naming_it(address: ViewAddress, message: str) -> None:
     views = lattice_of({"name": "a.b/Src", "transformation": "noop"},
@@ -112,3 +115,36 @@ def test_a_wrong_address_is_refused_naming_it(address: ViewAddress, message: str
     with pytest.raises(InvalidRequest) as exc:
         instantiate(views, [address])
     assert exc.value.message == message
+
+
+# The request's limit (views.max_partitions): counted while expanding
+
+
+def test_the_dependencies_count_against_the_limit_as_they_are_made() -> None:
+    from jobserver.views import limits
+
+    views = lattice_of({"name": "a.b/Src", "transformation": "noop"},
+                       {"name": "a.b/W", "dependencies": [
+                           {"view": "a.b/Src", "map": {"shop": "$shop"}, "days": {"last": 7}}]})
+    wanted = [at("a.b/W", "S", "2016", "01", f"{day:02d}") for day in range(1, 4)]
+    assert len(instantiate(views, wanted, limit=12)) == 3 + 9  # 9 distinct days read
+    assert len(instantiate(views, wanted, recursive=False, limit=3)) == 3
+    with limits.bound(11), pytest.raises(InvalidRequest) as exc:
+        instantiate(views, wanted)
+    [detail] = exc.value.details
+    assert detail == {"field": "pattern", "limit": 11, "message": (
+        "the pattern addresses more than 11 view partitions with their dependencies; at "
+        "most 11 per request (views.max_partitions): narrow its ranges or enumerations")}
+
+
+def test_a_mapping_fanning_out_past_the_limit_is_refused_before_it_is_built() -> None:
+    shops = [f"S{n}" for n in range(1000)]
+    views = lattice_of({"name": "a.b/Src", "transformation": "noop"},
+                       {"name": "a.b/Wide", "dependencies": [
+                           {"view": "a.b/Src", "map": {"shop": shops, "year": shops,
+                                                       "month": shops, "day": "01"}}]})
+    with pytest.raises(InvalidRequest) as exc:  # 10^9 links: counted, never listed
+        instantiate(views, [at("a.b/Wide", "S", "2016", "01", "02")], limit=1000)
+    assert "read more than 32,000 dependency partitions in all (reached at " \
+           "a.b/Wide/S/2016/01/02)" in exc.value.message
+    assert exc.value.details[0]["limit"] == 1000

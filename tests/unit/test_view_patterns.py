@@ -23,7 +23,7 @@ def one(pattern: str) -> tuple[str | None, ...]:
     return address.values
 
 
-def refused(pattern: str, limit: int = 1_000_000) -> str:
+def refused(pattern: str, limit: int | None = 1_000_000) -> str:
     with pytest.raises(InvalidRequest) as caught:
         parse_pattern(pattern, limit)
     error = caught.value
@@ -32,6 +32,11 @@ def refused(pattern: str, limit: int = 1_000_000) -> str:
     assert detail["field"] == "pattern"
     assert error.message == f"pattern: {detail['message']}"
     return error.message
+
+
+def refused_default(pattern: str) -> str:
+    """Refused under the limit of the request (``views.max_partitions``)."""
+    return refused(pattern, None)
 
 
 # Schedoscope's examples
@@ -195,6 +200,26 @@ def test_each_segment_is_url_decoded_before_it_is_parsed() -> None:
 # Errors: where and what
 
 
+@pytest.mark.parametrize("pattern", ["app.demo/Many/a\x00b", "app.demo/Many/a%00b",
+                                     "app.demo/Many/e(a,b%0Ac)", "app%09x/Many",
+                                     "app.demo/Many/x%C2%85", "app.demo/Many/\x7f"])
+def test_a_control_character_typed_or_escaped_is_refused_where_it_stands(
+        pattern: str) -> None:
+    message = refused(pattern)
+    assert "control character U+00" in message
+    assert "\x00" not in message and "\n" not in message  # shown escaped, never raw
+
+
+def test_a_pattern_wider_than_the_configured_limit_names_the_setting() -> None:
+    from jobserver.views import limits
+
+    with limits.bound(12):
+        message = refused_default("a/V/rym(201401-201412)/e(x,y)")
+        assert "24 view partitions, more than the limit of 12 per request " \
+               "(views.max_partitions)" in message
+        assert len(parse_pattern("a/V/rym(201401-201412)")) == 12
+
+
 def test_a_pattern_without_a_view_is_refused() -> None:
     message = refused("/test.views/")
     assert "at character 12" in message and "missing view" in message
@@ -277,7 +302,9 @@ def test_a_pattern_over_the_limit_is_refused_before_it_is_expanded() -> None:
 
 _names = st.builds(str.__add__, st.sampled_from("aZ_"),
                    st.text(alphabet="abzAZ09_", max_size=8))
-_value = st.none() | st.text(max_size=12) | st.sampled_from(
+# Any text but control characters, which a pattern refuses wherever they stand.
+_value = st.none() | st.text(st.characters(blacklist_categories=("Cc",)),
+                             max_size=12) | st.sampled_from(
     ["null()", "i(5)", "e(a,b)", "a\\", "\\(", "%2F", "+", " ", "a/b", "rym(201401)", ""])
 
 

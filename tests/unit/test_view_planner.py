@@ -27,7 +27,7 @@ SAME = {"day": "$day"}
 
 def _views() -> dict[str, ViewSpec]:
     job = {"job": {"steps": [{"name": "t", "type": "shell",
-                              "argv": ["sh", "-c", "echo ${day}"]}],
+                              "argv": ["sh", "-c", "echo $JOBSERVER_PARAM_DAY"]}],
                    "params": {"day": "${day}"}}}
     bodies: list[dict[str, Any]] = [
         {"name": "t.v/Src", "transformation": "noop", "location": "/data/src/${day}/"},
@@ -99,6 +99,28 @@ def test_rule_2_noop_view_follows_its_data() -> None:
                                                       "no _SUCCESS flag at /data/src/01/_SUCCESS")
     unmaterialized = {**settled(), OTHER: done(OTHER, T0, state=ViewState.NO_DATA)}
     assert decide(unmaterialized)["Other"].action is Action.SET
+
+
+def test_rule_2_an_invalidated_noop_view_is_set_anew_and_its_dependents_transform() -> None:
+    stored = {**settled(), SRC: done(SRC, T0, state=ViewState.RECEIVE)}  # invalidated
+    got = decide(stored)
+    assert (got["Src"].action, got["Src"].reason, got["Src"].transformed_at) == (
+        Action.SET, "invalidated; data at 2015-05-04T01:00:00Z; set at 2015-06-01T00:00:00Z",
+        NOW)
+    assert summary(got) == {"Src": "set", "Other": "skip", "Day": "transform",
+                            "Top": "transform"}
+    assert got["Day"].reason == "dependency t.v/Src/01 is transformed by this request"
+    # Data stamped later than the planner's clock: the data's time, never older.
+    ahead = NOW + timedelta(minutes=5)
+    assert decide(stored, data={SRC: ahead, OTHER: T0})["Src"].transformed_at == ahead
+    # Set at NOW, its data still of T0: the next plan has nothing to do.
+    got = decide({**settled(), SRC: done(SRC, NOW)})
+    assert (got["Src"].action, got["Src"].reason) == (
+        Action.SKIP, "data at 2015-05-04T01:00:00Z, set at 2015-06-01T00:00:00Z")
+    assert got["Day"].action is Action.TRANSFORM  # its own timestamp is older than NOW
+    # Newer data than that timestamp is a change again.
+    assert decide({**settled(), SRC: done(SRC, NOW)},
+                  data={SRC: NOW + timedelta(days=1), OTHER: T0})["Src"].action is Action.SET
 
 
 def test_rule_3_all_dependencies_without_data_is_no_data() -> None:
@@ -215,7 +237,9 @@ def test_mode_set_only_sets_the_addressed_partition_now() -> None:
 def test_render_job_fills_the_template_for_one_partition() -> None:
     job = render_job(VIEWS["t.v/Day"], DAY_)
     assert job.name == "view t.v/Day/01"
-    assert job.steps[0].argv == ["sh", "-c", "echo 01"]  # type: ignore[union-attr]
+    # The value reaches the step as data: in its params (the shell step's
+    # $JOBSERVER_PARAM_DAY), never pasted into the shell text.
+    assert job.steps[0].argv == ["sh", "-c", "echo $JOBSERVER_PARAM_DAY"]  # type: ignore[union-attr]
     assert job.params == {"day": "01", "view": "t.v/Day", "partition": "01",
                           "parameters": {"day": "01"}, "version_checksum": CURRENT["t.v/Day"]}
 

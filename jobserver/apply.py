@@ -1,22 +1,21 @@
 """``jobserver apply FILE [--dry-run]``: make the server match a YAML file.
 
 The file holds YAML documents (separated by ``---``), each one resource with a
-``kind``. ``kind: Schedule`` carries a schedule spec's fields at the top level
-(``namespace`` defaults to ``default``), optionally ``enabled: true|false`` (left out:
-a new schedule is disabled, an existing one keeps its flag); ``kind: Dataset`` a
-dataset's (``name``, ``namespace``, ``description``, ``key``); ``kind: View`` a view
-definition (``name: package/View``, see :mod:`jobserver.views.spec`; a view after the
-views it depends on); ``kind: BatchConfig`` a batch config's
-(:mod:`jobserver.batches.spec`; ``name`` defaults to ``default``). ``deleted: true``
-deletes the resource if it exists (every other field is then ignored; a dataset goes
-with its partitions).
+``kind``. The installed planners say which kinds there are and how each is applied
+(:meth:`jobserver.planners.base.Planner.apply_kinds`): the built-in ones handle
+``Schedule``, ``Dataset``, ``Consumer``, ``View`` and ``BatchConfig``, each
+described with its resource class in the planner's ``cli`` module. Most kinds are
+put whole (:class:`PutResource`, :class:`DocumentResource`); ``deleted: true``
+deletes the resource if it exists (every other field is then ignored).
 
 All documents are checked before anything changes: each is sent as a dry run, and
 if the server refuses any of them (or one is not a resource at all) each refusal is
 printed with its document's index and nothing is applied. Then the documents are
 applied in file order, one line per resource (``schedule default/nightly: updated
 (trigger, constraints)``). Applying a file twice changes nothing the second time.
-Exit code: 0, or 1 when a document was refused.
+Exit code: 0, or 1 when a document was refused (or the file is not YAML); 2 when the
+file passes the bounds of :mod:`jobserver.yaml_bounds` (aliases that would repeat
+too much, a recursive alias, nesting too deep), with the file and line.
 """
 
 from __future__ import annotations
@@ -32,12 +31,13 @@ from typing import Any, NamedTuple, NoReturn, Protocol, TextIO
 import yaml
 
 from jobserver.client import ApiError, Client
-from jobserver.exceptions import InvalidRequest
-from jobserver.schedules.spec import IDENT
+from jobserver.exceptions import ConfigError, InvalidRequest
+from jobserver.names import IDENT
+from jobserver.planners import installed
+from jobserver.yaml_bounds import YamlBoundError, load_all
 
 CREATED, UPDATED, UNCHANGED, DELETED = "created", "updated", "unchanged", "deleted"
 _NAME = re.compile(rf"^{IDENT}$")
-_VIEW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,1000}/[A-Za-z_][A-Za-z0-9_]{0,99}$")
 
 
 @dataclass(frozen=True)
@@ -79,9 +79,9 @@ class PutResource:
                      if key not in ("kind", "deleted")}
         self.deleted = document.get("deleted", False)
         if not isinstance(self.deleted, bool):
-            _refuse("deleted", "expected true or false")
-        self.namespace = _name(self.body, "namespace", "default")
-        self.name = _name(self.body, "name")
+            refuse("deleted", "expected true or false")
+        self.namespace = checked_name(self.body, "namespace", "default")
+        self.name = checked_name(self.body, "name")
         self.label = f"{self.noun} {self.namespace}/{self.name}"
 
     def apply(self, client: Client, dry_run: bool) -> Outcome:
@@ -104,50 +104,6 @@ class PutResource:
         return Outcome(DELETED)
 
 
-class ScheduleResource(PutResource):
-    """A ``kind: Schedule`` document; ``enabled`` travels in the body."""
-
-    collection, noun = "schedules", "schedule"
-
-
-class DatasetResource(PutResource):
-    """A ``kind: Dataset`` document. Deleting a dataset deletes its partitions."""
-
-    collection, noun = "datasets", "dataset"
-
-
-class ConsumerResource(PutResource):
-    """A ``kind: Consumer`` document: ``dataset`` (in ``namespace``) and ``name``
-    with the consumer's settings; PUT to ``…/datasets/<ns>/<dataset>/consumers/<name>``.
-    Deleting a consumer deletes its working set and pointer."""
-
-    noun = "consumer"
-
-    def __init__(self, document: dict[str, Any]) -> None:
-        super().__init__(document)
-        dataset = _name(self.body, "dataset")
-        self.collection = f"datasets/{self.namespace}/{dataset}/consumers"
-        self.label = f"consumer {self.namespace}/{dataset}/{self.name}"
-
-    def apply(self, client: Client, dry_run: bool) -> Outcome:
-        if self.deleted:
-            return self._delete(client, dry_run)
-        reply = client.request("PUT", self._path(), self.body, query={"dry_run": dry_run})
-        return Outcome(reply["change"], tuple(reply["changed"]))
-
-    def _delete(self, client: Client, dry_run: bool) -> Outcome:
-        try:
-            client.request("GET" if dry_run else "DELETE", self._path())
-        except ApiError as exc:
-            if exc.status == 404:
-                return Outcome(UNCHANGED, absent=True)
-            raise
-        return Outcome(DELETED)
-
-    def _path(self) -> str:
-        return f"/api/v1/{self.collection}/{self.name}"
-
-
 class DocumentResource:
     """A document PUT whole to one path (:attr:`path`), deleted there with ``deleted:
     true``; subclasses name the path and read what changed from the server's reply."""
@@ -157,7 +113,7 @@ class DocumentResource:
                      if key not in ("kind", "deleted")}
         self.deleted = document.get("deleted", False)
         if not isinstance(self.deleted, bool):
-            _refuse("deleted", "expected true or false")
+            refuse("deleted", "expected true or false")
         self.label, self.path = self.locate()
 
     def locate(self) -> tuple[str, str]:
@@ -181,49 +137,33 @@ class DocumentResource:
         return Outcome(reply["change"], self.changed(reply))
 
 
-class ViewResource(DocumentResource):
-    """A ``kind: View`` document (:mod:`jobserver.views.spec`): ``PUT
-    /api/v1/view-definitions/<package>/<View>`` with the document as the body. A view
-    must come after the views it depends on: the dry run accepts a dependency on a view
-    not stored yet, the apply in file order does not."""
-
-    def locate(self) -> tuple[str, str]:
-        name = self.body.get("name")
-        if not isinstance(name, str) or not _VIEW_NAME.match(name):
-            _refuse("name", "required: package/View, e.g. app.eci.datamart/SearchExport")
-        return f"view {name}", f"/api/v1/view-definitions/{name}"
-
-    def changed(self, reply: dict[str, Any]) -> tuple[str, ...]:
-        return ("structure",) if reply["structure_changed"] else ()
-
-
-class BatchConfigResource(DocumentResource):
-    """A ``kind: BatchConfig`` document (``name`` defaults to ``default``): PUT to
-    ``/api/v1/batches/configs/<name>``. Deleting a config keeps its batches."""
-
-    def locate(self) -> tuple[str, str]:
-        name = _name(self.body, "name", "default")
-        return f"batch config {name}", f"/api/v1/batches/configs/{name}"
-
-    def changed(self, reply: dict[str, Any]) -> tuple[str, ...]:
-        return tuple(reply["changed"])
-
-
-def _name(body: dict[str, Any], field: str, default: str | None = None) -> str:
+def checked_name(body: dict[str, Any], field: str, default: str | None = None) -> str:
     """A namespace or name, checked here: it becomes part of the URL."""
     value = body.get(field, default)
     if not isinstance(value, str) or not _NAME.match(value):
-        _refuse(field, "required: 1 to 64 letters, digits, '_', '.' or '-', starting with "
+        refuse(field, "required: 1 to 64 letters, digits, '_', '.' or '-', starting with "
                        "a letter or digit (no '/')")
     return value
 
 
-#: What each ``kind`` is applied as; later kinds (views, batches) add theirs.
-KINDS: dict[str, Callable[[dict[str, Any]], Resource]] = {"Schedule": ScheduleResource,
-                                                          "Dataset": DatasetResource,
-                                                          "Consumer": ConsumerResource,
-                                                          "View": ViewResource,
-                                                          "BatchConfig": BatchConfigResource}
+#: Reads one document of a ``kind`` into its resource, refusing a bad one with
+#: :class:`~jobserver.exceptions.InvalidRequest` naming the field.
+ResourceFactory = Callable[[dict[str, Any]], Resource]
+
+
+def kinds() -> dict[str, ResourceFactory]:
+    """Every ``kind`` the installed planners apply (:meth:`Planner.apply_kinds
+    <jobserver.planners.base.Planner.apply_kinds>`), in their order; a kind two
+    planners claim is a :class:`~jobserver.exceptions.ConfigError`."""
+    found: dict[str, ResourceFactory] = {}
+    owners: dict[str, str] = {}
+    for planner in installed():
+        for kind, factory in planner.apply_kinds().items():
+            if kind in owners:
+                raise ConfigError(f"two planners apply kind {kind!r}: {owners[kind]} and "
+                                  f"{planner.name}")
+            found[kind], owners[kind] = factory, planner.name
+    return found
 
 
 class Problem(NamedTuple):
@@ -235,14 +175,16 @@ class Problem(NamedTuple):
     details: Any = None
 
 
-def _refuse(field: str, message: str) -> NoReturn:
+def refuse(field: str, message: str) -> NoReturn:
+    """Refuse a document: ``field`` is wrong, as ``message`` says."""
     raise InvalidRequest(f"{field}: {message}", [{"field": field, "message": message}])
 
 
 def load(text: str) -> list[Any]:
     """The file's documents, empty ones (a trailing ``---``) left out. YAML turns
-    unquoted timestamps into datetimes; they are sent as ISO 8601 text."""
-    return [_plain(document) for document in yaml.safe_load_all(text) if document is not None]
+    unquoted timestamps into datetimes; they are sent as ISO 8601 text. Aliases and
+    nesting are bounded (:class:`YamlBoundError`): a file is a user's input."""
+    return [_plain(document) for document in load_all(text) if document is not None]
 
 
 def _plain(value: Any) -> Any:
@@ -260,14 +202,15 @@ def resources(documents: list[Any]) -> tuple[list[tuple[int, Resource]], list[Pr
     found: list[tuple[int, Resource]] = []
     problems: list[Problem] = []
     seen: dict[str, int] = {}
+    known = kinds()
     for index, document in enumerate(documents, 1):
         kind = document.get("kind") if isinstance(document, dict) else None
         try:
             if not isinstance(document, dict):
-                _refuse("document", "expected a mapping with a 'kind'")
-            factory = KINDS.get(kind) if isinstance(kind, str) else None
+                refuse("document", "expected a mapping with a 'kind'")
+            factory = known.get(kind) if isinstance(kind, str) else None
             if factory is None:
-                _refuse("kind", f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+                refuse("kind", f"unknown kind {kind!r}; expected one of {', '.join(known)}")
             resource = factory(document)
         except InvalidRequest as exc:
             problems.append(Problem(index, str(kind or "?"), exc.message, exc.details))
@@ -328,6 +271,9 @@ def run(client: Client, path: str, dry_run: bool) -> int:
     text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     try:
         documents = load(text)
+    except YamlBoundError as exc:  # nothing sent: bad input, as an unreadable file is
+        raise ConfigError(f"{'<stdin>' if path == '-' else path}:{exc.line}: "
+                          f"{exc.reason}") from None
     except yaml.YAMLError as exc:
         print(f"{path}: not valid YAML: {exc}", file=sys.stderr)
         return 1

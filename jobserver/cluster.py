@@ -1,7 +1,8 @@
-"""``jobserver cluster --nodes N``: N nodes on this host on the embedded default.
+"""``jobserver cluster --nodes N``: N nodes on this host.
 
-All nodes share one SQLite file and file locks under ``data_dir`` and serve the API on
-one port (``SO_REUSEPORT``), so the API keeps answering when any node dies; each node
+All nodes share the configured store and lock backend (by default, the embedded one:
+one SQLite file and file locks under ``data_dir``; the banner names the ones in use)
+and serve the API on one port (``SO_REUSEPORT``), so the API keeps answering when any node dies; each node
 also serves it on a port of its own (``api.node_bind``: by default the ports after
 ``api.bind``'s), where its ``/metrics`` are that node's. The launcher generates an API
 token on first use (kept in ``data_dir/api-token``, mode 0600), prints it, and
@@ -17,18 +18,19 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
 from pathlib import Path
 
-from jobserver import demo_batches
 from jobserver.client import Client
+from sqlalchemy.engine import make_url
+
 from jobserver.cluster_stop import NodeStop, StopSignals
 from jobserver.config import Config
+from jobserver.demo import batches as demo_batches
+from jobserver.demo import place as demo_place
 from jobserver.exceptions import ConfigError, JobServerError
 from jobserver.serve import EXIT_CODES, EXIT_NOT_DRAINED
 from jobserver.store import Store
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 START_TIMEOUT = 60.0
 
 
@@ -87,15 +89,33 @@ def describe_exit(index: int, code: int, log_dir: Path) -> str:
     return f"node-{index} exited with {code}: {meaning}; log: {log_dir}/node-{index}.log"
 
 
-#: The schedule ``make run`` puts in place beside the example jobs: a job every minute.
-DEMO_SCHEDULE: dict[str, Any] = {
-    "namespace": "demo", "name": "every-minute",
-    "description": "A demo: counts the words of a sentence every minute",
-    "trigger": {"type": "time", "cron": "* * * * *"},
-    "template": {"name": "demo-scheduled", "steps": [
-        {"name": "count", "type": "python", "callable": "demo.count_words",
-         "args": {"text": "the server starts this job on its own, every minute"}}]},
-}
+#: How the banner names each ``lock.backend``.
+LOCK_BACKENDS = {"file": "file locks", "postgres": "PostgreSQL advisory locks",
+                 "zookeeper": "ZooKeeper", "memory": "in-process locks"}
+
+
+def describe_setup(config: Config) -> str:
+    """The store, the lock backend and the mode the nodes run on, for the banner:
+    what the config says (what every node loads too), never a password or a user."""
+    locks = LOCK_BACKENDS.get(config.lock.backend, config.lock.backend)
+    if config.lock.backend == "zookeeper":
+        locks += f" {config.zookeeper.hosts}"
+    elif config.lock.backend == "postgres" and config.lock.url:
+        locks += f" on {describe_database(config.lock.url)}"
+    return (f"store: {describe_database(config.database_url)}; locks: {locks}; "
+            f"{config.scheduler.mode.value} mode")
+
+
+def describe_database(database_url: str) -> str:
+    """``SQLite /path/file.db`` or ``PostgreSQL host:port/database``: the URL's
+    backend, host, port and database only."""
+    url = make_url(database_url)
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return f"SQLite {url.database or ':memory:'}"
+    port = f":{url.port}" if url.port else ""
+    name = {"postgresql": "PostgreSQL"}.get(backend, backend)
+    return f"{name} {url.host or 'localhost'}{port}/{url.database or ''}"
 
 
 class LocalCluster:
@@ -115,13 +135,15 @@ class LocalCluster:
     def run(self, demo: bool) -> int:
         """Start the nodes (and the demo), print the banner and supervise the nodes
         until a signal stops the cluster; then stop them. Returns the launcher's exit
-        code: 0, or 3 when a node was stopped without draining."""
+        code: 0 when the nodes drained or the user asked to stop at once (a second
+        signal: no error to report, and the launcher says which nodes did not drain),
+        3 when a node had to be killed after its drain should have ended."""
         self.signals.install()
         try:
             self._start_and_supervise(demo)
         finally:
             stop = self.stop()
-        return EXIT_NOT_DRAINED if stop.hurried else 0
+        return EXIT_NOT_DRAINED if stop.hurried and not stop.asked_at_once else 0
 
     def _start_and_supervise(self, demo: bool) -> None:
         self.check_ports()
@@ -130,9 +152,7 @@ class LocalCluster:
         self.start()
         if self.signals.stop_asked:
             return
-        ids = self.submit_demo_jobs() if demo else []
-        batch_lines = self.start_demo_batches() if demo else []
-        print(self.banner(ids, batch_lines), flush=True)
+        print(self.banner(self.place_demo() if demo else []), flush=True)
         self.supervise()
 
     def check_ports(self) -> None:
@@ -190,23 +210,19 @@ class LocalCluster:
         in every node's settings."""
         self.node_settings.update(demo_batches.prepare(self.config.data_dir))
 
-    def start_demo_batches(self) -> list[str]:
-        """Apply examples/batches and start a catch-up of ORDER/IN; banner lines."""
-        return demo_batches.start(Client(self.url, self.token))
-
-    def submit_demo_jobs(self) -> list[int]:
-        """Submit the example jobs, and put the demo schedule (enabled) in place."""
+    def place_demo(self) -> list[str]:
+        """Once the API answers, on the first start only (:mod:`jobserver.demo.place`):
+        the demo's jobs, views, datasets and schedule, and a batch run; banner lines."""
         client = Client(self.url, self.token)
-        ids = []
-        for path in sorted(EXAMPLES.glob("*.json")):
-            ids.append(client.submit(path.read_bytes())["id"])
-        client.put_schedule(DEMO_SCHEDULE["namespace"], DEMO_SCHEDULE["name"],
-                            dict(DEMO_SCHEDULE, enabled=True))
-        return ids
+        placed = demo_place.place(client, self.config.views_root.resolve())
+        return placed.lines if placed.already else placed.lines + demo_batches.start(client)
 
-    def banner(self, demo_ids: list[int], batch_lines: list[str] | None = None) -> str:
-        lines = [f"jobserver cluster: {self.count} nodes (SQLite + file locks, single mode)",
-                 f"  API:    {self.url}   (any node; OpenAPI: {self.url}/api/v1/openapi.json)"]
+    def banner(self, demo_lines: list[str] | None = None) -> str:
+        """What the launcher prints once the nodes answer: where everything is, the
+        demo's lines (``demo_lines``, from :meth:`place_demo`) and what to try."""
+        lines = [f"jobserver cluster: {self.count} nodes ({describe_setup(self.config)})",
+                 f"  API:    {self.url}   (any node; its reference: {self.url}/ui/api, "
+                 "signed in to the dashboard)"]
         if self.node_binds:
             lines.append("  nodes:  " + ", ".join(
                 f"node-{index} http://{bind}" for index, bind in enumerate(self.node_binds, 1))
@@ -215,27 +231,25 @@ class LocalCluster:
         lines += [f"  token:  {self.token}",
                   f"  dashboard: {self.url}/ui/   (sign in with the token)",
                   f"  logs:   {self.log_dir}/node-*.log"]
-        if demo_ids:
-            lines.append(f"  demo jobs submitted: {', '.join(map(str, demo_ids))}")
-            lines.append(f"  demo schedule: {DEMO_SCHEDULE['namespace']}/"
-                         f"{DEMO_SCHEDULE['name']} (every minute; .venv/bin/jobserver "
-                         f"schedules show {DEMO_SCHEDULE['namespace']}/{DEMO_SCHEDULE['name']})")
-        lines += batch_lines or []
-        lines += ["", "Watch the jobs:",
-                  f"  export JOBSERVER_URL={self.url} JOBSERVER_TOKEN={self.token}",
-                  "  .venv/bin/jobserver jobs",
-                  f"  curl -H 'Authorization: Bearer {self.token}' {self.url}/api/v1/jobs",
-                  "Submit one:",
-                  f"  curl -H 'Authorization: Bearer {self.token}' "
-                  "-H 'Content-Type: application/json' "
-                  f"-d '{json.dumps({'name': 'hi', 'steps': [{'name': 's', 'type': 'noop'}]})}' "
-                  f"{self.url}/api/v1/jobs"]
-        if batch_lines:
+        lines += demo_lines or []
+        lines += self._tour()
+        if demo_lines:
+            lines += demo_place.commands(self.url)
             lines += demo_batches.commands(self.config.data_dir)
         lines.append(f"Ctrl-C stops the cluster. The nodes drain first (up to "
                      f"{self.config.server.drain_timeout:g} s, server.drain_timeout); "
                      "Ctrl-C again stops at once.")
         return "\n".join(lines)
+
+    def _tour(self) -> list[str]:
+        spec = json.dumps({"name": "hi", "steps": [{"name": "s", "type": "noop"}]})
+        return ["", "Watch the jobs:",
+                f"  export JOBSERVER_URL={self.url} JOBSERVER_TOKEN={self.token}",
+                "  .venv/bin/jobserver jobs",
+                f"  curl -H 'Authorization: Bearer {self.token}' {self.url}/api/v1/jobs",
+                "Submit one:",
+                f"  curl -H 'Authorization: Bearer {self.token}' "
+                f"-H 'Content-Type: application/json' -d '{spec}' {self.url}/api/v1/jobs"]
 
     def supervise(self) -> None:
         """Report each node that exits, until all have or a signal asks to stop."""

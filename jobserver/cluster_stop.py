@@ -12,8 +12,10 @@ stops as its drain begins.
 
 A second signal stops at once: every node still running gets its second SIGTERM and
 exits without draining (its jobs stay RUNNING until the next start re-queues them),
-and any node still there :data:`HALT_GRACE` seconds later is killed. So does the end
-of the margin, which only a node stuck in its stop reaches.
+and any node still there :data:`HALT_GRACE` seconds later is killed; the launcher
+names the nodes that did not drain and exits 0, since the user asked for it
+(:attr:`NodeStop.asked_at_once`). The end of the margin, which only a node stuck in
+its stop reaches, stops the same way, but the launcher exits 3: nobody asked.
 
 SIGINT gets this handler even when the launcher inherited it ignored (a shell starts
 background commands of a script so): the launcher must still stop its nodes. The
@@ -93,6 +95,8 @@ class NodeStop:
     describe_exit: Callable[[int, int], str]
     #: whether a node was halted (second signal) or killed rather than drained
     hurried: bool = False
+    #: whether that was because a second signal asked for it (not a stuck node)
+    asked_at_once: bool = False
     _live: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def run(self) -> None:
@@ -116,6 +120,7 @@ class NodeStop:
             while self._reap():
                 now = time.monotonic()
                 if self.signals.hurry_asked:
+                    self.asked_at_once = True
                     return self._halt("second signal: stopping at once")
                 if now - began > self.drain_timeout + STOP_MARGIN:
                     return self._halt(f"{now - began:.0f} s after SIGTERM: stopping now")
@@ -159,8 +164,14 @@ class NodeStop:
     def _halt(self, why: str) -> None:
         """Second SIGTERM to every node still running; SIGKILL after ``HALT_GRACE``."""
         self.hurried = True
+        undrained = ", ".join(f"node-{index}" for index in sorted(self._live))
         print(f"{why}; the nodes still running exit without draining, and the jobs they "
               "run are re-queued when the cluster starts again", flush=True)
+        self._stop_now()
+        if self.asked_at_once:
+            print(f"stopped at once, as asked: {undrained} did not drain", flush=True)
+
+    def _stop_now(self) -> None:
         for process in self._live.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)

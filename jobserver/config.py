@@ -151,6 +151,8 @@ class ServerConfig(_Section):
     capacity: int | None = Field(default=None, ge=1, le=1000)
 
 
+#: What a bearer token can be on the wire: printable ASCII without spaces.
+_TOKEN_TEXT = re.compile(r"^[\x21-\x7e]+$")
 #: ``host:port`` or ``unix:PATH``
 BIND_PATTERN = r"^[^\s:]+:\d{1,5}$|^unix:\S+$"
 
@@ -163,6 +165,11 @@ class ApiConfig(_Section):
     tokens: list[str] = Field(default_factory=list)
     workers: int = Field(default=2, ge=1, le=64)
     max_body_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
+    # Seconds a client has to send a whole request (its head, and a body of up to
+    # 64 KiB), from its connection (or, between requests, from its first byte): then
+    # 408 and closed. Requests are read by the workers' loops, never by their threads
+    # (``jobserver.api.worker``).
+    read_timeout: float = Field(default=10.0, ge=0.5, le=300)
     reuse_port: bool = False
     # False: no authentication at all; ``serve`` then refuses any bind but loopback.
     auth: bool = True
@@ -181,10 +188,31 @@ class ApiConfig(_Section):
     @field_validator("tokens")
     @classmethod
     def _strong_tokens(cls, tokens: list[str]) -> list[str]:
-        for token in tokens:
+        """Each token one a request can carry and the API can match: a header's value
+        loses its outer spaces, and holds only printable ASCII (``token_problem`` of
+        :mod:`jobserver.client` says the same). Messages name a token by its place,
+        never by its text."""
+        for place, token in enumerate(tokens, 1):
+            if not token.strip():
+                raise ValueError(f"token #{place} is empty or only spaces")
+            if token != token.strip():
+                raise ValueError(f"token #{place} starts or ends with a space, which a "
+                                 "request's Authorization header cannot carry")
+            if not _TOKEN_TEXT.match(token):
+                raise ValueError(f"token #{place} holds a space, a control character or "
+                                 "a character beyond ASCII; a bearer token is printable "
+                                 "ASCII without spaces")
             if len(token) < 16:
                 raise ValueError("each token must be at least 16 characters")
         return tokens
+
+
+class SecureCookies(str, enum.Enum):
+    """When the dashboard's cookies carry ``Secure`` (``ui.secure_cookies``)."""
+
+    AUTO = "auto"  # when the request came over https, as gunicorn sees it
+    ALWAYS = "always"  # behind a TLS proxy gunicorn does not trust
+    NEVER = "never"  # plain http only
 
 
 class UiConfig(_Section):
@@ -195,11 +223,21 @@ class UiConfig(_Section):
     session_lifetime: float = Field(default=12 * 3600.0, ge=60, le=30 * 86400)
     # How often a page's live parts ask for fresh data (seconds).
     refresh_interval: float = Field(default=2.0, ge=0.5, le=300)
+    # The session cookies' Secure flag: "auto" when the request came over https (as
+    # gunicorn sees it: X-Forwarded-Proto counts from forwarded_allow_ips only),
+    # "always" behind a TLS proxy gunicorn does not trust, "never" for plain http.
+    secure_cookies: SecureCookies = SecureCookies.AUTO
 
 
 class ShellStepConfig(_Section):
     allowed_executables: list[str] | None = None
     env_passthrough: list[str] = Field(default_factory=lambda: ["PATH", "HOME", "LANG", "TZ"])
+    # Names a step's own ``env`` may not set, beside the built-in ones (the loader's,
+    # shells' and interpreters' start-up variables, PATH, JOBSERVER_*: jobserver.step_env);
+    # ``PREFIX*`` refuses every name starting with PREFIX.
+    denied_env: list[Annotated[str, StringConstraints(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}\*?$")]] = Field(default_factory=list,
+                                                              max_length=1000)
     output_limit_bytes: int = Field(default=64 * 1024, ge=1024, le=16 << 20)
     kill_grace: float = Field(default=0.5, ge=0, le=60)
 
@@ -324,6 +362,25 @@ class ViewsConfig(_Section):
     # Where a noop view's relative `location` lies (its _SUCCESS flags); None:
     # <data_dir>/views. An absolute location is read as written.
     data_root: Path | None = None
+    # View partitions one request (views query, materialize, invalidate) may expand,
+    # its dependencies included, counted before they are built (jobserver.views.limits).
+    max_partitions: int = Field(default=100_000, ge=1, le=10_000_000)
+
+
+class DatasetsConfig(_Section):
+    """Datasets (jobserver.datasets)."""
+
+    # Consumers a dataset may have; a request adding one more is a 409 naming it.
+    max_consumers: int = Field(default=20, ge=1, le=10_000)
+
+
+class BatchesConfig(_Section):
+    """Batches (jobserver.batches)."""
+
+    # The one directory file watermarks ({file: PATH}) are read under: a relative
+    # PATH is taken from it, and a PATH that resolves outside it (through '..' or a
+    # symlink) is refused when saved and when read. None: <data_dir>/watermarks.
+    watermark_dir: Path | None = None
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
@@ -355,7 +412,7 @@ class RetentionConfig(_Section):
     seat."""
 
     # SUCCEED and DISCARDED jobs finished longer ago than this are deleted with their
-    # steps and events, unless something still refers to them (see the README's
+    # steps and events, unless something still refers to them (see docs/configuration.md,
     # Retention). A duration ("30d", "12h", seconds); 0 or "off" keeps every job.
     finished_jobs: float = Field(default=30 * 86400.0, ge=0, le=100 * 365 * 86400)
     # Seconds between looks for jobs to delete, once none is left.
@@ -395,12 +452,19 @@ class Config(_Section):
     connections: dict[Annotated[str, StringConstraints(pattern=CONNECTION_NAME)],
                       ConnectionConfig] = Field(default_factory=dict, max_length=100)
     views: ViewsConfig = Field(default_factory=ViewsConfig)
+    datasets: DatasetsConfig = Field(default_factory=DatasetsConfig)
+    batches: BatchesConfig = Field(default_factory=BatchesConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
 
     @property
     def views_root(self) -> Path:
         """The directory relative view locations are read under."""
         return self.views.data_root or self.data_dir / "views"
+
+    @property
+    def watermark_root(self) -> Path:
+        """The directory file watermarks are read under (``batches.watermark_dir``)."""
+        return self.batches.watermark_dir or self.data_dir / "watermarks"
 
     @property
     def database_url(self) -> str:

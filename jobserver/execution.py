@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 
 from jobserver.completer import RETRY_FOR, Completer
 from jobserver.config import ShellStepConfig
-from jobserver.datasets.outputs import OutputError, add_outputs
 from jobserver.events import EventBus, NodeEvent, StateChange
 from jobserver.exceptions import FencedOff, StoreUnavailable
 from jobserver.logs import job_fields
+from jobserver.planners.base import OutputRefused
 from jobserver.retrying import retry
 from jobserver.states import State, StopReason
 from jobserver.steps import StepContext, StepFunction
@@ -194,11 +194,16 @@ class JobExecution:
         self._conclude(failed, graph.pending)
 
     def _take_inputs(self) -> bool:
-        """Take the partitions the job consumes (:mod:`jobserver.datasets.working_set`)
-        before its first step runs; False when the run is over already (nothing to
-        consume, an input gone, or the job no longer ours)."""
+        """Take what the job declares it consumes (the installed planners'
+        :class:`~jobserver.planners.base.JobInputs`: consumers' partitions) before its
+        first step runs; False when the run is over already (nothing to consume, an
+        input gone, or the job no longer ours)."""
         assert self.job.inputs is not None
-        taken = self._retrying(self._store.consumers.take, self.token, self.job.inputs)
+        inputs = self._store.hooks.inputs
+        if inputs is None:
+            raise RuntimeError(f"job {self.job.id} declares inputs, and no installed "
+                               "planner takes them")
+        taken = self._retrying(inputs.take, self.token, self.job.inputs)
         seconds = time.monotonic() - self._started
         if taken.outcome == "run":
             self.inputs = {item["input"]: item for item in taken.inputs}
@@ -208,11 +213,11 @@ class JobExecution:
         self._finished = True
         if taken.outcome == "succeeded":
             self._publish(State.RUNNING, State.SUCCEED, seconds=seconds,
-                          message="nothing to consume; no step run")
+                          message=taken.message or "nothing to consume; no step run")
         elif taken.outcome == "failed":
             self._publish(State.RUNNING, State.ERROR, seconds=seconds, message=taken.error)
         elif taken.outcome == "waiting":
-            log.info("job %s: nothing to consume; waiting", self.job.id,
+            log.info("job %s: %s", self.job.id, taken.message or "nothing to consume",
                      extra=self.log_fields())
         else:
             self.cancel(StopReason.OPERATOR)
@@ -331,14 +336,21 @@ class JobExecution:
         return []
 
     def _add_partitions(self, step: StepRecord, outcome: StepOutcome) -> StepOutcome:
-        """Add the partitions a successful step output, before its SUCCEED is written
-        (:mod:`jobserver.datasets.outputs`); output that cannot be added fails the step."""
+        """Add what a successful step output (``StepOutcome.partitions``) before its
+        SUCCEED is written, through the installed planners'
+        :class:`~jobserver.planners.base.JobOutputs` (the datasets planner's
+        partitions). Output that cannot be added fails the step, not retried; so does
+        output when no installed planner takes it, rather than being dropped unseen."""
         if outcome.state is not State.SUCCEED or not outcome.partitions:
             return outcome
+        outputs = self._store.hooks.outputs
+        if outputs is None:
+            return replace(outcome, state=State.ERROR, retryable=False,
+                           error="the step output partitions, and no installed planner "
+                                 "takes step outputs")
         try:
-            added = self._retrying(add_outputs, self._store, self.token, step.name,
-                                   outcome.partitions)
-        except OutputError as exc:
+            added = self._retrying(outputs.add, self.token, step.name, outcome.partitions)
+        except OutputRefused as exc:
             return replace(outcome, state=State.ERROR, error=exc.message, retryable=False)
         log.info("job %s step %s: %d partition(s) added", self.job.id, step.name, added,
                  extra=self.log_fields(step.name))
@@ -407,7 +419,7 @@ class JobExecution:
                           params=self.job.params, shell=self._shell, cancelled=self.cancelled,
                           started_monotonic=time.monotonic(), inputs=self.inputs,
                           api_url=self._api_url, fence_check=self._claim_is_current,
-                          log=step_log)
+                          log=step_log, outputs=self._store.hooks.outputs)
         try:
             outcome = self._step_types[step.type](step.spec, ctx)
         except Exception as exc:

@@ -5,6 +5,10 @@ every gunicorn worker write their values to files under one directory per node
 (``PROMETHEUS_MULTIPROC_DIR``, cleaned at start; dead workers are marked by gunicorn's
 ``child_exit`` hook), and ``GET /metrics`` in any worker aggregates them all, plus the
 cluster-wide figures read from the store at scrape time (jobs by state, heartbeat ages).
+A planner adds its own through the planner seam (:meth:`Planner.node_metrics
+<jobserver.planners.base.Planner.node_metrics>` for a node's,
+:meth:`~jobserver.planners.base.Planner.collect` for the store's); this module names
+none.
 
 Nothing is created at import time: each process builds its metric objects once, and
 the library is imported when they are built, after the multiprocess directory is set.
@@ -17,7 +21,6 @@ import os
 import shutil
 import threading
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +144,17 @@ class NodeMetrics:
                                       "1 while a scheduling listener runs, 0 once disabled",
                                       ("listener",), registry=registry,
                                       multiprocess_mode="livemax")
-        self.schedules = ScheduleMetrics(registry)
+        from jobserver.planners import installed
+
+        #: Each installed planner's own metrics, by planner name (:meth:`planner`).
+        self._planners = {planner.name: own for planner in installed()
+                          if (own := planner.node_metrics(registry)) is not None}
+
+    def planner(self, name: str) -> Any:
+        """The metrics object planner ``name`` built for this node
+        (:meth:`jobserver.planners.base.Planner.node_metrics`), for its background
+        parts; None when it has none."""
+        return self._planners.get(name)
 
     def start_at_zero(self, step_types: Iterable[str], listeners: Iterable[str]) -> None:
         """Create every labelled counter's children now, at 0.
@@ -159,10 +172,8 @@ class NodeMetrics:
             self.listener_restarts.labels(listener)
             for reason in LISTENER_DROP_REASONS:
                 self.listener_dropped.labels(listener, reason)
-        for reason in SKIP_REASONS:
-            self.schedules.skipped.labels(reason)
-        for reason in ABORT_REASONS:
-            self.schedules.aborted.labels(reason)
+        for own in self._planners.values():
+            own.start_at_zero()
         from jobserver.store.not_running import STUCK_CODES
 
         for reason in STUCK_CODES:
@@ -199,45 +210,6 @@ class NodeMetrics:
             self.lock_wait.labels(event.detail or "").observe(event.seconds)
 
 
-#: Why a due fire time did not fire (``jobserver_schedule_fire_times_skipped_total``).
-SKIP_REASONS = ("catchup_latest", "catchup_window", "catchup_none")
-#: Why the evaluator aborted a schedule-job: a constraint in abort mode, the timeout, or
-#: a template the node refuses at launch (the API's aborts, on disable, update and
-#: delete, are in the evaluation records).
-ABORT_REASONS = ("concurrency", "since_last_run", "time_window", "delay", "timeout",
-                 "template")
-LAG_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-
-
-class ScheduleMetrics:
-    """The schedule evaluator's figures; only the node that evaluates moves them."""
-
-    def __init__(self, registry: Any = None) -> None:
-        from prometheus_client import Counter, Gauge, Histogram
-
-        self.fired = Counter("jobserver_schedule_firings_total",
-                             "Schedule triggers satisfied (schedule-jobs past their trigger)",
-                             registry=registry)
-        self.launched = Counter("jobserver_schedule_launches_total",
-                                "Jobs launched by schedules", registry=registry)
-        self.skipped = Counter("jobserver_schedule_fire_times_skipped_total",
-                               "Due fire times not fired, by catch-up reason", ("reason",),
-                               registry=registry)
-        self.aborted = Counter("jobserver_schedule_jobs_aborted_total",
-                               "Schedule-jobs the evaluator aborted, by reason", ("reason",),
-                               registry=registry)
-        self.rounds = Counter("jobserver_schedule_evaluation_rounds_total",
-                              "Evaluation rounds of this node's schedule evaluator",
-                              registry=registry)
-        self.pending = Gauge("jobserver_schedule_jobs_pending",
-                             "Schedule-jobs pending their trigger or constraints",
-                             registry=registry, multiprocess_mode="livemax")
-        self.lag = Histogram("jobserver_schedule_launch_lag_seconds",
-                             "Fire time (or trigger time) to launch; 0 for a job launched "
-                             "ahead of its fire time", buckets=LAG_BUCKETS,
-                             registry=registry)
-
-
 class ApiMetrics:
     """What an API worker reports: requests by route and status, submissions."""
 
@@ -254,8 +226,9 @@ class ApiMetrics:
 
 
 class StoreCollector:
-    """Cluster-wide figures read from the store at scrape time; whether each node is
-    alive also from the lock service, through ``presence`` (a
+    """Cluster-wide figures read from the store at scrape time, the engine's then each
+    installed planner's (:meth:`jobserver.planners.base.Planner.collect`); whether
+    each node is alive also from the lock service, through ``presence`` (a
     :class:`jobserver.presence.PresenceProbe`; None: by heartbeats alone)."""
 
     def __init__(self, store: Any, dead_after: float, presence: Any = None) -> None:
@@ -296,68 +269,10 @@ class StoreCollector:
         yield age
         yield alive
         yield dead
-        yield from self._consumers()
-        yield self._views()
-        yield from self._batches()
+        from jobserver.planners import installed
 
-    def _views(self) -> Metric:
-        """View partitions per scheduling state (every state, 0 included)."""
-        from prometheus_client.core import GaugeMetricFamily
-
-        from jobserver.views.model import ViewState
-
-        gauge = GaugeMetricFamily("jobserver_view_partitions",
-                                  "View partitions in the store by scheduling state",
-                                  labels=("state",))
-        counts = self._store.views.counts_by_state()
-        for state in ViewState:
-            gauge.add_metric((state.value,), counts.get(state.value, 0))
-        return gauge
-
-    def _consumers(self) -> Iterator[Metric]:
-        """Cluster-wide consumer figures, one series per dataset and consumer."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        labels = ("dataset", "consumer")
-        lag = GaugeMetricFamily("jobserver_consumer_lag", "Partitions not consumed yet: "
-                                "NEW and IN_PROGRESS plus matching ones after the pointer",
-                                labels=labels)
-        processed = CounterMetricFamily("jobserver_consumer_partitions_processed",
-                                        "Partitions consumed by jobs that succeeded",
-                                        labels=labels)
-        failed = CounterMetricFamily("jobserver_consumer_partitions_failed",
-                                     "Partitions that became FAILED after max_retries",
-                                     labels=labels)
-        for view in self._store.consumers.all():
-            series = (view.dataset.full_name, view.spec.name)
-            lag.add_metric(series, view.lag)
-            processed.add_metric(series, view.processed_total)
-            failed.add_metric(series, view.failed_total)
-        yield lag
-        yield processed
-        yield failed
-
-
-    def _batches(self) -> Iterator[Metric]:
-        """Per system and location: the newest business date whose batch is SUCCESS
-        (as a Unix time, midnight UTC) and the batches after it not SUCCESS yet."""
-        from prometheus_client.core import GaugeMetricFamily
-
-        labels = ("system", "location")
-        newest = GaugeMetricFamily("jobserver_batch_newest_success_date",
-                                   "Newest business date whose batch is SUCCESS, as a Unix "
-                                   "time (midnight UTC); absent before the first",
-                                   labels=labels)
-        lag = GaugeMetricFamily("jobserver_batch_lag_periods",
-                                "Batches (business dates) after the newest SUCCESS one that "
-                                "are not SUCCESS yet", labels=labels)
-        for system, location, best, behind in self._store.batches.progress():
-            if best is not None:
-                midnight = datetime(best.year, best.month, best.day, tzinfo=timezone.utc)
-                newest.add_metric((system, location), midnight.timestamp())
-            lag.add_metric((system, location), behind)
-        yield newest
-        yield lag
+        for planner in installed():
+            yield from planner.collect(self._store)
 
 
 def exposition(store: Any, dead_after: float, local_registry: Any,

@@ -29,16 +29,12 @@ from jobserver.listeners import Listeners
 from jobserver.logs import job_fields
 from jobserver.loops import FailureMark, Loop, LoopDeath, Periodic, Supervisor
 from jobserver.metrics import NodeMetrics, multiprocess
-from jobserver.batches.tracker import BatchTracker
 from jobserver.planner import PlannerSeat
+from jobserver.planners import NodeContext, NodeParts
+from jobserver.planners import installed as installed_planners
 from jobserver.retention import RetentionLoop
 from jobserver.runner import Runner
 from jobserver.stuck import StuckJobs
-from jobserver.datasets.feed import NewPartitions
-from jobserver.schedules.evaluator import ScheduleEvaluator
-from jobserver.views.listeners import ViewListeners
-from jobserver.views.materialize import Materializer
-from jobserver.views.tracker import ViewTracker
 from jobserver.spec import Policy
 from jobserver.startup import take_presence, upgrade_schema
 from jobserver.states import StopReason
@@ -98,10 +94,9 @@ class Node:
         self.scheduler: Scheduler = create_scheduler(self.ctx)
         # One seat for every planner loop: in distributed mode it holds the planner lock.
         self.seat = PlannerSeat(self.scheduler, self.locks, self.ctx.stopping)
-        self.schedules = self._schedule_evaluator()
-        self.view_listeners, self.views = self._view_tracker()
-        self.batches = BatchTracker(self.store, self.seat, self._policy(),
-                                    stopping=self.ctx.stopping)
+        #: Every installed planner's background parts (schedule evaluator, trackers,
+        #: listeners), built through the planner seam.
+        self.planned = self._planner_parts()
         self.retention = self._retention()
         self.stuck = StuckJobs(self.store, self.seat, config, self.metrics.stuck)
         self._presence: Lease | None = None
@@ -121,17 +116,20 @@ class Node:
         #: RUNNING here by the store, unknown to the runner, at the last heartbeat
         self._abandoned: dict[int, ClaimToken] = {}
 
-    def _schedule_evaluator(self) -> ScheduleEvaluator | None:
-        """The schedule evaluator, which acts only while this node holds the planner
-        seat; it stops with claiming, at the start of a drain."""
-        if not self.config.schedules.enabled:
-            return None
-        evaluator = ScheduleEvaluator(self.store, self.seat, self.config.schedules,
-                                      self._policy(),
-                                      self.metrics.schedules, stopping=self.ctx.stopping,
-                                      release=self._release_launched)
-        evaluator.partition_feeds.append(NewPartitions(self.store))
-        return evaluator
+    def _planner_parts(self) -> NodeParts:
+        """The installed planners' parts on this node, merged: they act only while
+        this node holds the planner seat."""
+        context = NodeContext(config=self.config, store=self.store, seat=self.seat,
+                              policy=self._policy(), metrics=self.metrics,
+                              stopping=self.ctx.stopping,
+                              wake_schedulers=self._release_launched)
+        merged = NodeParts()
+        for planner in installed_planners():
+            parts = planner.node_parts(context)
+            merged.planning += parts.planning
+            merged.tracking += parts.tracking
+            merged.services += parts.services
+        return merged
 
     def _retention(self) -> RetentionLoop | None:
         """The deletion of old finished jobs, which acts only while this node holds
@@ -144,19 +142,8 @@ class Node:
     def _policy(self) -> Policy:
         return Policy(self.python_steps.is_registered,
                       self.config.steps.shell.allowed_executables,
-                      connections=self.config.connections)
-
-    def _view_tracker(self) -> tuple[ViewListeners | None, ViewTracker | None]:
-        """The tracker of view jobs and the view listeners it feeds, which act only
-        while this node holds the planner seat (shared with the schedule evaluator)."""
-        if not self.config.views.enabled:
-            return None, None
-        listeners = ViewListeners.from_config(self.config, self.metrics)
-        tracker = ViewTracker(self.store, self.seat, self.config.views,
-                              Materializer(self.store, self._policy(),
-                                           data_root=self.config.views_root),
-                              publish=listeners.publish, stopping=self.ctx.stopping)
-        return listeners, tracker
+                      connections=self.config.connections,
+                      denied_env=self.config.steps.shell.denied_env)
 
     def _release_launched(self) -> None:
         """Jobs launched ahead of their fire time may start now: claim them at once
@@ -194,12 +181,10 @@ class Node:
             self._listener.start()
         self._heartbeat.start()
         self._scheduling.start()
-        if self.schedules is not None:
-            self.schedules.start()
-        if self.views is not None and self.view_listeners is not None:
-            self.view_listeners.start()
-            self.views.start()
-        self.batches.start()
+        for service in self.planned.services:
+            service.start()
+        for loop in (*self.planned.planning, *self.planned.tracking):
+            loop.start()
         if self.retention is not None:
             self.retention.start()
         self.stuck.start()
@@ -210,12 +195,9 @@ class Node:
     def loops(self) -> list[Loop]:
         """Every background loop of this node and of its parts."""
         wake = [self._listener] if self._listener is not None else []
-        planners: list[Loop] = [self.batches, self.stuck]
-        planners += [loop for loop in (self.schedules, self.views, self.retention)
-                     if loop is not None]
-        view_listeners = self.view_listeners.loops() if self.view_listeners else []
-        return [self._heartbeat, self._scheduling, *wake, *planners, *self.runner.loops(),
-                *self.locks.loops(), *self.listeners.loops(), *view_listeners]
+        own: list[Loop] = [self.stuck] + ([self.retention] if self.retention else [])
+        return [self._heartbeat, self._scheduling, *wake, *own, *self.planned.loops(),
+                *self.runner.loops(), *self.locks.loops(), *self.listeners.loops()]
 
     @property
     def failure(self) -> LoopDeath | None:
@@ -306,7 +288,7 @@ class Node:
         (the scheduler loop releases them as it ends); running jobs go on."""
         self.ctx.stopping.set()
         self.ctx.wake.set()
-        for planner in (self.schedules, self.views, self.retention):
+        for planner in (*self.planned.planning, self.retention):
             if planner is not None:
                 planner.stop()
         if self._drain_advertised:
@@ -343,8 +325,8 @@ class Node:
         self._closed.set()
         # A thread waiting on an unreachable lock service would hold the stop up.
         self.locks.abort_waits()
-        for loop in (self._heartbeat, self._scheduling, self.schedules, self.views,
-                     self.batches, self.retention, self.stuck):
+        for loop in (self._heartbeat, self._scheduling, *self.planned.planning,
+                     *self.planned.tracking, self.retention, self.stuck):
             if loop is not None:
                 loop.stop()
                 loop.join(5)
@@ -352,8 +334,8 @@ class Node:
             self._listener.stop()
         self.runner.shutdown()
         self.listeners.stop()
-        if self.view_listeners is not None:
-            self.view_listeners.stop()
+        for service in self.planned.services:
+            service.stop()
         self._close()
         return drained
 

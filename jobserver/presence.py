@@ -1,4 +1,5 @@
-"""Which nodes are alive and which one is active, as the API reports them.
+"""Which nodes are alive, and which holds a seat (the active node, the planner), as
+the API reports them.
 
 A node is alive while its row says so (registered, not stopped), its heartbeat is
 younger than ``server.dead_after`` *and* the lock backend does not know its presence
@@ -34,6 +35,7 @@ from schedulers.base import presence_key
 if TYPE_CHECKING:
     from jobserver.config import Config
     from jobserver.store import Store
+    from jobserver.store.epochs import Taken
     from jobserver.store.records import ServerRecord
     from locks.base import LockBackend
 
@@ -133,17 +135,19 @@ def alive_nodes(servers: Iterable[ServerRecord], dead_after: float,
     return alive
 
 
-def active_node(store: Store, active_lock: str | None, alive: set[str],
-                presence: PresenceProbe | None) -> str | None:
-    """The one node scheduling for the cluster: the newest holder of ``active_lock``
-    (the global lock in ``single`` mode, the election in ``leader`` mode) while it is
-    alive and the lock is held. None in ``distributed`` mode (``active_lock`` None),
-    and between a holder's death and its successor's first fence."""
-    if active_lock is None:
+def seat_holder(store: Store, key: str | None, alive: set[str],
+                presence: PresenceProbe | None) -> Taken | None:
+    """The node holding the lock ``key`` now and since when: the newest holder the
+    store records (``lock_epochs``) while that node is alive and the lock service does
+    not know the lock free. None for no key, and between a holder's death or release
+    and its successor's first fence: the row in ``lock_epochs`` outlives its holder
+    until the successor draws a fence, so it alone would name a dead node."""
+    if key is None:
         return None
-    holder = store.epochs.holder(active_lock)
-    if holder not in alive:
+    taken = store.epochs.taken(key)
+    if taken is None or taken.holder not in alive:
         return None
-    if presence is not None and presence.is_held(active_lock) is False:
-        return None  # released (a drain) or freed (a crash): nobody schedules right now
-    return holder
+    if presence is not None and presence.is_held(key) is False:
+        return None  # released (a drain) or freed (a crash): nobody holds it right now
+    return taken
+

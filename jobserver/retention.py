@@ -25,7 +25,7 @@ from jobserver.config import RetentionConfig
 from jobserver.planner import PlannerLoop, PlannerSeat
 from jobserver.states import State
 from jobserver.store import Store
-from jobserver.store.keep import ScheduleRefs
+from jobserver.store.keep import Refs
 from jobserver.store.retention import DEFAULT_STATES, Position, RetentionRepository, Tally
 from locks.base import Lease
 
@@ -37,7 +37,8 @@ ROUND_BATCHES = 20
 #: (and at least ``retention.pause``): it works at most a quarter of the time, in the
 #: node whose claims share its process and its database.
 PACING = 3.0
-#: Batches between two reads of what the schedules refer to.
+#: Batches between two reads of what the planners' keep rules read (the schedules'
+#: references: :meth:`~jobserver.planners.base.KeepRule.read`).
 REFS_EVERY = 20
 
 
@@ -66,7 +67,7 @@ class Purge:
         self._sweeps = 0
         self._sweep_deleted = 0
         self._gone: set[int] = set()
-        self._refs: ScheduleRefs | None = None
+        self._refs: Refs | None = None
         self._batches = 0
         #: Everything deleted so far, and the jobs kept because they are referenced.
         self.tally = Tally()
@@ -79,7 +80,7 @@ class Purge:
         if ids is None:
             return None
         if self._refs is None or self._batches % REFS_EVERY == 0:
-            self._refs = self._repo.schedule_refs()
+            self._refs = self._repo.refs()
         self._batches += 1
         done = self._repo.delete(ids, self.states, self.before, self._refs, fence=fence,
                                  dry_run=self._dry_run, gone=self._gone)

@@ -2,8 +2,10 @@
 
 Parsing (types, unknown fields, sizes) is pydantic's; :func:`validate_job` then checks
 what needs the whole job or the configuration: unique step names, a DAG without cycles,
-registered python callables and allowed shell executables. Every failure names the
-field, e.g. ``steps[1].argv[0]``.
+registered python callables, allowed shell executables and the variables a shell
+step's ``env`` may set (:mod:`jobserver.step_env`), an sql step's connection and
+its statements' parameters (``:d::date`` is not one). Every failure names the field,
+e.g. ``steps[1].argv[0]``, ``steps[0].env.LD_PRELOAD`` or ``steps[2].statements[0]``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pydantic import (AfterValidator, AwareDatetime, BaseModel, ConfigDict, Fiel
                       StringConstraints, ValidationError)
 
 from jobserver.exceptions import InvalidRequest, MalformedRequest
+from jobserver.step_env import env_rule
+from jobserver.steps.sql import cast_problem
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
 ServerId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:@-]{0,99}$")]
@@ -104,8 +108,11 @@ class ShellStep(_StepBase):
     type: Literal["shell"]
     argv: list[Arg] = Field(min_length=1, max_length=256)
     timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
-    env: dict[EnvName, Arg] = Field(default_factory=dict, max_length=64,
-                                    json_schema_extra={"additionalProperties": False})
+    env: dict[EnvName, Arg] = Field(
+        default_factory=dict, max_length=64, json_schema_extra={"additionalProperties": False},
+        description=("variables added to the step's environment; the loader's, shells' and "
+                     "interpreters' start-up variables, PATH, JOBSERVER_* and the names in "
+                     "steps.shell.denied_env are refused (jobserver.step_env)"))
 
 
 class PythonStep(_StepBase):
@@ -205,16 +212,20 @@ class JobSpec(StrictModel):
 
 
 class Policy:
-    """What the node allows: registered callables, permitted executables and the
-    connections sql steps may name (None: not known here, so not checked)."""
+    """What the node allows: registered callables, permitted executables, the
+    connections sql steps may name (None: not known here, so not checked) and the
+    variables a shell step's ``env`` may set (the built-in refusals always apply,
+    plus ``denied_env``, the operator's ``steps.shell.denied_env``)."""
 
     def __init__(self, is_registered: Callable[[str], bool],
                  allowed_executables: Iterable[str] | None,
-                 connections: Iterable[str] | None = None) -> None:
+                 connections: Iterable[str] | None = None,
+                 denied_env: Iterable[str] = ()) -> None:
         self.is_registered = is_registered
         self.allowed_executables = (None if allowed_executables is None
                                     else frozenset(allowed_executables))
         self.connections = None if connections is None else frozenset(connections)
+        self.env_rule = env_rule(tuple(denied_env))
 
 
 def field_path(loc: Iterable[Any]) -> str:
@@ -353,11 +364,18 @@ def _check_step(index: int, step: Any, names: set[str], policy: Policy) -> list[
         problems.append({"field": f"{where}.argv[0]",
                          "message": f"executable {step.argv[0]!r} is not allowed "
                                     "(steps.shell.allowed_executables)"})
+    if isinstance(step, ShellStep):
+        problems.extend({"field": f"{where}.env.{name}", "message": reason}
+                        for name, reason in policy.env_rule.refused(step.env).items())
     if (isinstance(step, SqlStep) and policy.connections is not None
             and step.connection not in policy.connections):
         problems.append({"field": f"{where}.connection",
                          "message": f"no connection named {step.connection!r} "
                                     "(connections.<name>.url in the config)"})
+    if isinstance(step, SqlStep):
+        problems.extend({"field": f"{where}.statements[{number}]", "message": cast[1]}
+                        for number, statement in enumerate(step.statements)
+                        if (cast := cast_problem(statement)) is not None)
     return problems
 
 

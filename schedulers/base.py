@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from jobserver.config import Config, SchedulerMode
 from jobserver.events import NodeEvent, StateChange
-from jobserver.exceptions import TRANSIENT, LockError
+from jobserver.exceptions import TRANSIENT, LockError, StoreUnavailable
 from jobserver.logs import job_fields
 from jobserver.states import State
 from jobserver.runner import Runner
@@ -218,10 +218,16 @@ class Scheduler(ABC):
     def record_lease(self, lease: Lease) -> bool:
         """Whether claims may rely on ``lease``: its fence is drawn, which records it
         in the store as the newest of its key (see :attr:`Lease.fence`), and the lease
-        is still valid. False for a lease lost or superseded before that."""
+        is still valid. False for a lease lost or superseded before that, and for one
+        the store cannot record now (an outage, its sessions ended): the caller lets
+        it go and takes it again, after the pause this makes, as after any store error
+        of a scheduling round. A node never gives up over it."""
         try:
             lease.fence  # noqa: B018 - drawing the fence records it
         except LockError:
+            return False
+        except StoreUnavailable:
+            self.pause_after_error(f"recording the fence of lock {lease.key}")
             return False
         return lease.is_valid()
 

@@ -6,7 +6,7 @@ claimed to run at once, anywhere; the claim is the store's compare-and-set under
 segment lease's fence. A node whose segment lock is lost stops that job and puts it
 back to READY. The exclusion is the scheduler's: a step frozen with its node (the
 whole process tree stopped) outlives the lock and runs on when it wakes, until the
-runner's watcher sees the job taken over and kills it (README, "Guarantees").
+runner's watcher sees the job taken over and kills it (docs/jobs.md, "Guarantees").
 
 Jobs without a ``lock_key`` have nothing to exclude but themselves, which the claim's
 compare-and-set already does (a READY row goes to one node only). They are claimed

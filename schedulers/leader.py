@@ -100,7 +100,9 @@ class LeaderScheduler(Scheduler):
                 continue
             if lease is None:
                 continue
-            if self.record_lease(lease):
+            # A drain that began while this node waited: it must not lead (nor record
+            # a fence) but let a node that serves on take over.
+            if not self.ctx.stopping.is_set() and self.record_lease(lease):
                 self._lead(lease)
             lease.release()
             self.lease, self.active = None, False

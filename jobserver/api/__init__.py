@@ -3,8 +3,9 @@
 ``create_app()`` builds everything from config and starts nothing: no scheduler, no
 thread. Under gunicorn each worker calls it after forking, so no connection is shared
 between processes. Every route but ``/healthz`` needs a bearer token, except the web
-dashboard's under ``/ui`` (``jobserver.ui``), which need its session instead. Every
-answer names the node that gave it (``X-Jobserver-Node``).
+dashboard's under ``/ui`` (``jobserver.ui``), which need its session instead, and
+``/``, which only sends a browser to the dashboard. Every answer names the node that
+gave it (``X-Jobserver-Node``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from flask import Flask, Response, current_app, g, jsonify, request
+from flask import Flask, Response, current_app, g, jsonify, redirect, request
+from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
 from jobserver.config import Config, load_config
-from jobserver.api.auth import authenticate, authorize
+from jobserver.api.auth import Cost, Principal, authenticate, authorize, route_cost
 from jobserver.api.limits import SubmitLimiter
 from jobserver.api.requests import check_body, check_path
 from jobserver.exceptions import (AuthError, Conflict, FencedOff, Forbidden, InvalidRequest,
@@ -37,7 +39,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PUBLIC_ENDPOINTS = frozenset({"health.healthz"})
+#: Routes without a token: the health check, and ``/``, which reveals nothing (it
+#: answers every caller with the same redirect to the dashboard, whose pages need
+#: a session).
+PUBLIC_ENDPOINTS = frozenset({"health.healthz", "home"})
 #: Where the web dashboard (``jobserver.ui``) is served.
 UI_PREFIX = "/ui"
 #: The header of every answer that names the node which gave it (``server.id``).
@@ -114,28 +119,33 @@ def create_app(config: Config | None = None, store: Store | None = None,
     app.extensions["jobserver"] = ApiContext(
         config=config, store=store,
         policy=Policy(python_steps.is_registered, config.steps.shell.allowed_executables,
-                      connections=config.connections),
+                      connections=config.connections,
+                      denied_env=config.steps.shell.denied_env),
         metrics=ApiMetrics(registry), registry=registry,
         limiter=SubmitLimiter.for_node(config.api.submit_rate, config.api.submit_burst),
         presence=(PresenceProbe.over(locks) if locks is not None
                   else probe_for(config, store)))
 
-    from jobserver.api import bulk, cluster, fences, health, jobs, logs, metrics, openapi
-    from jobserver.batches import api as batches
-    from jobserver.datasets import api as datasets
-    from jobserver.schedules import api as schedules
-    from jobserver.views import api as views
+    from jobserver.api import (bulk, cluster, fences, health, history, jobs, logs, metrics,
+                               openapi)
     from jobserver import ui
+    from jobserver.planners import installed
 
-    for module in (health, jobs, bulk, fences, logs, schedules, datasets, views, batches,
-                   cluster, openapi, metrics):
+    for module in (health, jobs, bulk, fences, logs):
+        app.register_blueprint(module.blueprint)
+    for planner in installed():
+        for planned in planner.blueprints():
+            app.register_blueprint(planned)
+    for module in (cluster, openapi, metrics, history):
         app.register_blueprint(module.blueprint)
     ui.register(app)
+    app.add_url_rule("/", "home", home)
     app.before_request(_start_timer)
     app.before_request(_authenticate)
     app.before_request(check_path)
     app.before_request(check_body)
     app.after_request(_count_request)
+    app.after_request(history.record_change)
     app.after_request(_name_node)
     app.register_error_handler(JobServerError, jobserver_error_response)
     app.register_error_handler(HTTPException, http_error_response)
@@ -147,6 +157,12 @@ def _registry() -> CollectorRegistry:
     from prometheus_client import CollectorRegistry
 
     return CollectorRegistry()
+
+
+def home() -> ResponseReturnValue:
+    """``GET /``: a browser pointed at a node lands on the dashboard (302 to ``/ui/``,
+    whose pages ask it to sign in)."""
+    return redirect(UI_PREFIX + "/", 302)
 
 
 def _start_timer() -> None:
@@ -184,6 +200,16 @@ def _authenticate() -> None:
     ctx = api()
     g.principal = authenticate(ctx.config, ctx.store, request.headers.get("Authorization", ""))
     authorize(g.principal, request.endpoint)
+    charge_route(g.principal)
+
+
+def charge_route(principal: Principal) -> None:
+    """Take a route's fixed cost (:class:`~jobserver.api.auth.Cost`) from the caller's
+    submit budget before it runs; reads and per-job routes are charged elsewhere."""
+    if request.method in ("GET", "HEAD", "OPTIONS") or request.endpoint is None:
+        return
+    if route_cost(request.endpoint) is Cost.ONE:
+        api().limiter.check(principal, 1)
 
 
 def _is_dashboard() -> bool:

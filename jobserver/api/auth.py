@@ -11,20 +11,26 @@ Two kinds of token are accepted:
 
 A missing or unknown token is a 401; a token without the route's scope is a 403 that
 names the scope. Routes not listed in :data:`ENDPOINT_SCOPES` need ``admin``, so a new
-route is closed until someone decides otherwise.
+route is closed until someone decides otherwise. Every route that changes something
+also declares its cost against the caller's submit budget (:data:`ENDPOINT_COSTS`).
 """
 
 from __future__ import annotations
 
+import enum
 import hmac
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from jobserver.config import Config
-from jobserver.exceptions import AuthError, Forbidden
+from jobserver.exceptions import AuthError, ConfigError, Forbidden
 from jobserver.store.tokens import (ADMIN, ALL_SCOPES, FENCE, OPERATE, READ, SHELL, SQL,
                                     SUBMIT, grants)
 from jobserver.store.records import Actor
+
+if TYPE_CHECKING:
+    from jobserver.planners import Route
 
 ENDPOINT_SCOPES: dict[str, str] = {
     "jobs.submit": SUBMIT,
@@ -37,53 +43,78 @@ ENDPOINT_SCOPES: dict[str, str] = {
     # The token to give steps: it answers whether a claim is current (yes or no, for
     # any job) and nothing else; 'read' includes it.
     "fences.check_fence": FENCE,
-    "schedules.list_schedules": READ,
-    "schedules.get_schedule": READ,
-    "schedules.schedule_jobs": READ,
-    "schedules.schedule_evaluations": READ,
-    # Creating or changing a schedule submits its template, shell steps included
-    # (checked like a job's: see check_step_types).
-    "schedules.create_schedule": SUBMIT,
-    "schedules.put_schedule": SUBMIT,
-    "schedules.operate_schedule": OPERATE,
-    "schedules.delete_schedule": OPERATE,
-    "datasets.list_datasets": READ,
-    "datasets.get_dataset": READ,
-    "datasets.list_partitions": READ,
-    "datasets.create_dataset": SUBMIT,
-    "datasets.put_dataset": SUBMIT,
-    "datasets.add_partitions": SUBMIT,
-    "datasets.delete_dataset": OPERATE,
-    "datasets.delete_partitions": OPERATE,
-    "datasets.list_consumers": READ,
-    "datasets.get_consumer": READ,
-    "datasets.put_consumer": SUBMIT,
-    "datasets.delete_consumer": OPERATE,
-    "datasets.reset_failed": OPERATE,
-    "views.list_view_definitions": READ,
-    "views.get_view_definition": READ,
-    "views.list_views": READ,
-    # Saving a definition submits its job template (shell steps need 'shell' too);
-    # materializing submits the templates' jobs.
-    "views.put_view_definition": SUBMIT,
-    "views.materialize": SUBMIT,
-    "views.materialize_path": SUBMIT,
-    "views.delete_view_definition": OPERATE,
-    "views.invalidate": OPERATE,
-    "batches.list_batches": READ,
-    "batches.batch_audit": READ,
-    "batches.get_batch_run": READ,
-    "batches.list_batch_configs": READ,
-    "batches.get_batch_config": READ,
-    # A run launches the config's stage jobs; the config's shell steps were checked
-    # against the scopes of whoever put it (like a schedule's template).
-    "batches.run_batches": SUBMIT,
-    "batches.put_batch_config": SUBMIT,
-    "batches.delete_batch_config": OPERATE,
     "cluster.cluster": READ,
+    "history.list_changes": READ,
     "metrics.metrics": READ,
     "openapi.openapi_json": READ,
 }
+
+
+class Cost(str, enum.Enum):
+    """What a route that changes something costs against the caller's submit budget
+    (``api.submit_rate``, ``api.submit_burst``)."""
+
+    #: One per job it creates, charged by what creates them before anything is
+    #: written: the submit routes themselves, a planner through its requester
+    #: (:mod:`jobserver.requester`). A request over the burst is refused whole.
+    PER_JOB = "per job"
+    #: One per request, charged before the route runs: what saves a definition or
+    #: adds data that planners act on.
+    ONE = "one"
+    #: Nothing: operations on what exists (pause, enable, delete, invalidate).
+    FREE = "free"
+
+
+#: The cost of every route that is not a read (a test walks the URL map: a route
+#: added later cannot leave it out). Reads cost nothing.
+ENDPOINT_COSTS: dict[str, Cost] = {
+    "jobs.submit": Cost.PER_JOB,
+    "bulk.submit_batch": Cost.PER_JOB,
+    "jobs.operate": Cost.FREE,
+    "ui.operate": Cost.FREE,
+    "ui.sign_in_post": Cost.FREE,
+    "ui.sign_out": Cost.FREE,
+}
+
+
+@lru_cache(maxsize=1)
+def endpoint_scopes() -> dict[str, str]:
+    """The scope of every declared endpoint: the engine's (:data:`ENDPOINT_SCOPES`)
+    and each installed planner's (:meth:`~jobserver.planners.base.Planner.routes`)."""
+    merged = dict(ENDPOINT_SCOPES)
+    for endpoint, route in _planner_routes().items():
+        merged[endpoint] = route.scope
+    return merged
+
+
+@lru_cache(maxsize=1)
+def endpoint_costs() -> dict[str, Cost]:
+    """The cost of every declared route that changes something: the engine's
+    (:data:`ENDPOINT_COSTS`) and each installed planner's."""
+    merged = dict(ENDPOINT_COSTS)
+    for endpoint, route in _planner_routes().items():
+        if route.cost is not None:
+            merged[endpoint] = route.cost
+    return merged
+
+
+def _planner_routes() -> dict[str, Route]:
+    from jobserver.planners import installed
+
+    found: dict[str, Route] = {}
+    for planner in installed():
+        for endpoint, route in planner.routes().items():
+            if endpoint in found or endpoint in ENDPOINT_SCOPES or endpoint in ENDPOINT_COSTS:
+                raise ConfigError(f"planner {planner.name} declares endpoint {endpoint}, "
+                                  "which is declared already")
+            found[endpoint] = route
+    return found
+
+
+def route_cost(endpoint: str | None) -> Cost:
+    """A route's cost; a route that changes something and is not listed is refused
+    by the test of the URL map, and costs one meanwhile."""
+    return endpoint_costs().get(endpoint or "", Cost.ONE)
 
 
 @dataclass(frozen=True)
@@ -116,7 +147,7 @@ def required_scope(endpoint: str | None) -> str | None:
     """The scope a route needs; None for an unmatched URL (it is a 404 anyway)."""
     if endpoint is None:
         return None
-    return ENDPOINT_SCOPES.get(endpoint, ADMIN)
+    return endpoint_scopes().get(endpoint, ADMIN)
 
 
 def authenticate(config: Config, store: Any, authorization: str) -> Principal:

@@ -25,6 +25,7 @@ from pydantic import Field
 
 from jobserver.api import api
 from jobserver.api.auth import check_step_types
+from jobserver.api.jobs import check_inputs
 from jobserver.api.requests import body_limit
 from jobserver.exceptions import Forbidden, InvalidRequest, JobServerError
 from jobserver.spec import JobSpec, StrictModel, job_problem, parse_model, refuse, validate_job
@@ -99,8 +100,7 @@ def _item(job: BatchJob) -> BatchItem:
     check_step_types(g.principal, job)
     ctx = api()
     dependencies = validate_job(job, ctx.policy)
-    if job.inputs:  # a read of the store, only for jobs that consume datasets
-        ctx.store.consumers.check_inputs(job.inputs)
+    check_inputs(ctx.store, job.inputs)  # a read of the store, only for jobs with inputs
     key = job.idempotency_key
     # The single submit's digest of the same job, so that a key first used there
     # replays here and the other way round.

@@ -1,7 +1,7 @@
 """The fence check: is a job's claim under a fence (and attempt) still current?
 
 A step calls it before an effect outside the job server (``jobserver fence-check``
-does, with the ``JOBSERVER_*`` variables of its step); see the README's "Guarding
+does, with the ``JOBSERVER_*`` variables of its step); see docs/jobs.md, "Guarding
 outside effects". One read of the job's row by its primary key.
 """
 

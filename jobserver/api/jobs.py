@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Any
 
 from flask import Blueprint, g, request
 from flask.typing import ResponseReturnValue
@@ -16,6 +17,7 @@ from jobserver.api.serialize import event_json, job_json, not_running_json
 from jobserver.exceptions import InvalidRequest
 from jobserver.spec import field_path, parse_job, validate_job
 from jobserver.states import Operation, State
+from jobserver.store import Store
 from jobserver.store.jobs import MAX_PAGE
 
 blueprint = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
@@ -30,6 +32,8 @@ class ListQuery(BaseModel):
 
     state: State | None = None
     name: str | None = Field(default=None, max_length=200, pattern=r"^[^\x00]*$")
+    name_contains: str | None = Field(default=None, min_length=1, max_length=200,
+                                      pattern=r"^[^\x00]*$")
     limit: int = Field(default=50, ge=1, le=MAX_PAGE)
     cursor: str | None = Field(default=None, pattern=r"^[1-9][0-9]{0,18}$")
 
@@ -49,6 +53,21 @@ def _idempotency_key() -> str | None:
     return key
 
 
+def check_inputs(store: Store, inputs: list[Any] | None) -> None:
+    """A submitted job's ``inputs`` against the store, before it is stored, by the
+    installed planner that takes job inputs (:meth:`JobInputs.check
+    <jobserver.planners.base.JobInputs.check>`): a 422 naming ``inputs[i].<field>``.
+    A job without inputs costs nothing; one with inputs when no installed planner
+    takes them is refused naming ``inputs``, as it could never run."""
+    if not inputs:
+        return
+    taker = store.hooks.inputs
+    if taker is None:
+        message = "no installed planner takes job inputs"
+        raise InvalidRequest(f"inputs: {message}", [{"field": "inputs", "message": message}])
+    taker.check(inputs)
+
+
 @blueprint.post("")
 def submit() -> ResponseReturnValue:
     ctx = api()
@@ -57,7 +76,7 @@ def submit() -> ResponseReturnValue:
     spec = parse_job(_require_json())
     check_step_types(g.principal, spec)
     dependencies = validate_job(spec, ctx.policy)
-    ctx.store.consumers.check_inputs(spec.inputs)
+    check_inputs(ctx.store, spec.inputs)
     # The request's digest tells a retry from a different request under the same key;
     # without a key there is nothing to compare it with.
     digest = None if key is None else hashlib.sha256(
@@ -81,7 +100,8 @@ def list_jobs() -> ResponseReturnValue:
                     else e["msg"]} for e in exc.errors()]
         raise InvalidRequest(f"{details[0]['field']}: {details[0]['message']}", details) from None
     before = min(int(query.cursor), MAX_ID) if query.cursor else None
-    jobs, next_id = api().store.jobs.list(query.state, query.name, query.limit, before)
+    jobs, next_id = api().store.jobs.list(query.state, query.name, query.limit, before,
+                                          query.name_contains)
     return {"jobs": [job_json(job) for job in jobs],
             "next_cursor": str(next_id) if next_id else None}
 

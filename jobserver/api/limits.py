@@ -162,8 +162,8 @@ class SubmitLimiter:
         details = {**principal.describe(), "retry_after": retry_after}
         if cost > self.burst:
             raise RateLimited(
-                f"a batch of {cost} jobs exceeds api.submit_burst ({self.burst}) of token "
-                f"{principal.name!r}: send at most {self.burst} jobs a request",
+                f"a request creating {cost} jobs exceeds api.submit_burst ({self.burst}) of "
+                f"token {principal.name!r}: ask for at most {self.burst} jobs a request",
                 retry_after, {**details, "burst": self.burst, "requested": cost})
         raise RateLimited(
             f"token {principal.name!r} submits faster than api.submit_rate "

@@ -11,9 +11,11 @@ from functools import lru_cache
 from typing import Any
 
 from flask import Blueprint
+from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from jobserver import __version__
+from jobserver.names import IDENT
 from jobserver.spec import JobSpec
 from jobserver.states import State
 from jobserver.store.not_running import CODES as NOT_RUNNING_CODES
@@ -88,11 +90,15 @@ NODE = exact({
     "role": {"type": "string", "description": "active (the node `active` names), standby "
              "(single and leader modes), the role it recorded (distributed), none (not "
              "alive)"},
-    "state": {"type": "string"},
+    "state": {"enum": ["alive", "stopped", "dead"], "description": "alive while `alive` "
+              "is true; else stopped (it stopped cleanly) or dead"},
     "alive": {"type": "boolean", "description": "registered, heartbeat younger than "
               "server.dead_after, and its presence lock not known free"},
     "capacity": {"type": "integer"},
-    "running": {"type": "integer"}, "started_at": _time, "heartbeat_at": _time,
+    "running": {"type": "integer", "description": "jobs running on the node: its last "
+                "heartbeat's count while alive, else the jobs the store has RUNNING on "
+                "it now (none once they are rescued)"},
+    "started_at": _time, "heartbeat_at": _time,
     "heartbeat_age_seconds": {"type": "number"}})
 
 ERROR = exact({"error": exact({
@@ -157,8 +163,6 @@ def query_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 def named_params() -> list[dict[str, Any]]:
     """The ``{namespace}`` and ``{name}`` of a planner resource's path."""
-    from jobserver.schedules.spec import IDENT
-
     schema = {"type": "string", "pattern": f"^{IDENT}$"}
     return [{"name": name, "in": "path", "required": True, "schema": schema}
             for name in ("namespace", "name")]
@@ -223,6 +227,11 @@ def _paths() -> dict[str, Any]:
                     "parameters": [query_param("state", {"enum": STATES}),
                                    query_param("name", {"type": "string", "maxLength": 200,
                                                         "pattern": "^[^\\x00]*$"}),
+                                   query_param("name_contains", {
+                                       "type": "string", "minLength": 1, "maxLength": 200,
+                                       "pattern": "^[^\\x00]*$",
+                                       "description": "jobs whose name holds this text, any "
+                                                      "case (% and _ match themselves)"}),
                                    query_param("limit", {"type": "integer", "minimum": 1,
                                                          "maximum": 500}),
                                    query_param("cursor", {"type": "string",
@@ -250,6 +259,12 @@ def _paths() -> dict[str, Any]:
                 "active": {**_nullable_str, "description": "the one live node holding "
                            "the mode's scheduling lock; null in distributed mode or "
                            "between a holder's death and its successor"},
+                "planner": {"oneOf": [{"type": "null"}, exact({
+                    "node": {"type": "string"}, "since": _time})],
+                    "description": "the live node whose planner loops (schedules, "
+                    "retention) act, and since when: the active node in single and "
+                    "leader mode, the planner lock's holder in distributed mode; null "
+                    "between a holder's death and its successor"},
                 "nodes": {"type": "array", "items": ref("Node")},
                 "jobs": {"type": "object", "propertyNames": {"enum": STATES},
                          "additionalProperties": {"type": "integer"}}}), "cluster state"),
@@ -267,42 +282,28 @@ def _paths() -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def document() -> dict[str, Any]:
-    # Imported here: the schedules' part of the document is built from this module's
+    # Imported here: the planners' parts of the document are built from this module's
     # helpers.
-    from jobserver.api import bulk, fences, logs
-    from jobserver.batches import openapi as batches
-    from jobserver.batches.planner import RunRequest
-    from jobserver.batches.spec import BatchConfigSpec
-    from jobserver.datasets import consumer_openapi as consumers
-    from jobserver.datasets import openapi as datasets
-    from jobserver.datasets.consumer_spec import ConsumerSpec
-    from jobserver.datasets.spec import DatasetSpec
-    from jobserver.schedules import openapi as schedules
-    from jobserver.schedules.spec import ScheduleSpec
-    from jobserver.views import openapi as views
-    from jobserver.views.spec import ViewSpec
+    from jobserver.api import bulk, fences, history, logs
+    from jobserver.planners import installed
 
-    _, schemas = models_json_schema([(JobSpec, "validation"), (bulk.BatchRequest, "validation"),
-                                     (ScheduleSpec, "validation"),
-                                     (DatasetSpec, "validation"),
-                                     (ConsumerSpec, "validation"), (ViewSpec, "validation"),
-                                     (BatchConfigSpec, "validation"),
-                                     (RunRequest, "validation")], ref_template=REF)
+    parts = [part for planner in installed() for part in planner.openapi()]
+    models: list[type[BaseModel]] = [JobSpec, bulk.BatchRequest,
+                                     *(model for part in parts for model in part.models)]
+    _, schemas = models_json_schema([(model, "validation") for model in models],
+                                    ref_template=REF)
     components = dict(schemas.get("$defs", {}))
     components.update(Step=STEP, Job=JOB, Event=EVENT, Node=NODE, Error=ERROR)
-    components.update(schedules.schemas(components))
-    components.update(datasets.schemas(components))
-    components.update(consumers.schemas(components))
-    components.update(views.schemas(components))
-    components.update(batches.schemas(components))
+    paths = {**_paths(), **bulk.paths(), **fences.paths(), **logs.paths(), **history.paths()}
+    for part in parts:
+        components.update(part.schemas(components))
+        paths.update(part.paths())
     return {
         "openapi": "3.1.0",
         "info": {"title": "jobserver", "version": __version__, "description": (
             "Every response carries an X-Jobserver-Node header: the server.id of the "
             "node that gave it (nodes may share one address).")},
-        "paths": {**_paths(), **bulk.paths(), **fences.paths(), **logs.paths(),
-                  **schedules.paths(), **datasets.paths(), **consumers.paths(),
-                  **views.paths(), **batches.paths()},
+        "paths": paths,
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer", "description": (
                 "A token from api.tokens (every scope) or from `jobserver token create` "

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from flask import current_app, request
 from pydantic import BaseModel, ValidationError
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from jobserver.exceptions import InvalidRequest, MalformedRequest
 from jobserver.spec import field_path
@@ -69,10 +69,34 @@ def check_body() -> None:
     request.max_content_length = limit
     if request.content_length is not None and request.content_length > limit:
         raise RequestEntityTooLarge()
+    if request.content_length is None and request.environ.get("wsgi.input_terminated"):
+        _read_streamed_body(limit)
     if request.is_json and json_depth(request.get_data()) > MAX_JSON_DEPTH:
         raise MalformedRequest(f"request body is nested deeper than {MAX_JSON_DEPTH} levels",
                                [{"field": "body", "message": "nested deeper than "
                                                             f"{MAX_JSON_DEPTH} levels"}])
+
+
+def _read_streamed_body(limit: int) -> None:
+    """A body without a length (chunked; the server ends the stream) is read now, up
+    to one byte past ``limit``: werkzeug stops such a stream at the limit without a
+    word, which left a truncated body for the route (a 400 "not valid JSON" instead
+    of the 413). The body is cached, so the route reads it again for free; this is
+    the stream's first read (no hook before this one reads the body). A body the
+    server cannot read (a malformed chunk) is a 400 naming the body."""
+    request.max_content_length = limit + 1
+    try:
+        size = len(request.get_data())
+    except HTTPException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the server's reader raises
+        raise MalformedRequest(f"request body: cannot be read ({type(exc).__name__})",
+                               [{"field": "body", "message": "malformed or cut short"}]
+                               ) from None
+    finally:
+        request.max_content_length = limit
+    if size > limit:
+        raise RequestEntityTooLarge()
 
 
 def json_depth(raw: bytes) -> int:

@@ -72,12 +72,14 @@ def event_json(event: EventRecord) -> dict[str, Any]:
             "actor": actor_json(event.actor, event.actor_token_id)}
 
 
-def server_json(server: ServerRecord, alive: bool, role: str) -> dict[str, Any]:
-    """A node as the cluster view shows it; whether it is ``alive`` and its ``role``
-    are judged by the caller (``jobserver.api.cluster``)."""
+def server_json(server: ServerRecord, alive: bool, role: str, state: str,
+                running: int) -> dict[str, Any]:
+    """A node as the cluster view shows it; whether it is ``alive``, its ``role``, its
+    ``state`` and the jobs ``running`` on it are judged by the caller
+    (``jobserver.api.cluster``)."""
     return {"id": server.id, "host": server.host, "pid": server.pid, "mode": server.mode,
-            "role": role, "state": server.state,
-            "alive": alive, "capacity": server.capacity, "running": server.running,
+            "role": role, "state": state,
+            "alive": alive, "capacity": server.capacity, "running": running,
             "started_at": _time(server.started_at),
             "heartbeat_at": _time(server.heartbeat_at),
             "heartbeat_age_seconds": round(server.heartbeat_age, 3)}

@@ -7,11 +7,11 @@ dashboard, see :mod:`jobserver.store.browse`), ``servers`` (nodes and heartbeats
 ``epochs`` (fence counters for lock backends), ``tokens`` (API tokens),
 ``ui_sessions`` (the dashboard's sign-ins, see :mod:`jobserver.store.ui_sessions`),
 ``retention`` (deleting old finished jobs, see :mod:`jobserver.store.retention`),
-``step_logs`` (the full output of step attempts), ``schedules`` (the schedule catalog
-users change, see :mod:`jobserver.schedules.catalog`), ``datasets``, ``partitions`` and
-``consumers`` (see :mod:`jobserver.datasets`), ``views`` (see
-:mod:`jobserver.views.store`), ``batch_configs`` and ``batches`` (see
-:mod:`jobserver.batches`).
+``step_logs`` (the full output of step attempts), ``changes`` (who changed what).
+Each installed planner adds its own repositories by name (``schedules``,
+``datasets``, ``partitions``, ``consumers``, ``views``, ``batch_configs``,
+``batches``, ``batch_audit`` from the built-in ones; :mod:`jobserver.planners.base`):
+the store builds them but does not know them.
 
 Every statement runs inside :class:`Transactions`, whose context managers raise
 :class:`~jobserver.exceptions.StoreError` (and its kinds, see
@@ -21,13 +21,16 @@ exception class leaves the store.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
+from jobserver.exceptions import ConfigError
+from jobserver.planners import Planner
+from jobserver.planners import installed as installed_planners
 from jobserver.store.engine import READONLY, make_engine
 from jobserver.store.errors import driver_errors, translate
 from jobserver.store.models import Base
@@ -103,18 +106,14 @@ class Transactions:
 
 class Store:
     def __init__(self, url: str, pool_size: int = 5, notify: bool = True,
-                 stall_timeout: float | None = None) -> None:
-        from jobserver.batches.audit import BatchAudit
-        from jobserver.batches.catalog import BatchConfigCatalog
-        from jobserver.batches.store import BatchStore
-        from jobserver.datasets.catalog import DatasetCatalog
-        from jobserver.datasets.consumers import ConsumerCatalog
-        from jobserver.datasets.partitions import PartitionRepository
-        from jobserver.schedules.catalog import ScheduleCatalog
+                 stall_timeout: float | None = None,
+                 planners: Sequence[Planner] | None = None) -> None:
         from jobserver.store.browse import JobBrowser
+        from jobserver.store.changes import ChangeHistory
         from jobserver.store.epochs import EpochRepository
         from jobserver.store.fences import FenceRepository
         from jobserver.store.holds import HoldRepository
+        from jobserver.store.hooks import PlannerHooks
         from jobserver.store.jobs import JobRepository
         from jobserver.store.logs import StepLogRepository
         from jobserver.store.retention import RetentionRepository
@@ -122,7 +121,6 @@ class Store:
         from jobserver.store.servers import ServerRepository
         from jobserver.store.tokens import TokenRepository
         from jobserver.store.ui_sessions import UiSessionRepository
-        from jobserver.views.store import ViewRepository
 
         self.url = url
         self.engine = make_engine(url, pool_size, stall_timeout)
@@ -132,25 +130,43 @@ class Store:
         self.keyed_engine = (make_engine(url, 1, stall_timeout, keyed=True)
                              if self.tx.dialect == "postgresql" else None)
         keyed_tx = Transactions(self.keyed_engine, notify) if self.keyed_engine else self.tx
-        self.jobs = JobRepository(self.tx)
+        #: The planners' hooks into the core repositories' transactions: filled once
+        #: the planners are built, below (:mod:`jobserver.store.hooks`).
+        self.hooks = PlannerHooks()
+        self.jobs = JobRepository(self.tx, self.hooks)
         self.browse = JobBrowser(self.tx)
-        self.runs = RunRepository(self.tx, keyed_tx)
+        self.runs = RunRepository(self.tx, keyed_tx, self.hooks)
         self.holds = HoldRepository(self.tx, self.runs)
         self.fences = FenceRepository(self.tx)
-        self.servers = ServerRepository(self.tx)
+        self.servers = ServerRepository(self.tx, self.hooks)
         self.epochs = EpochRepository(self.tx)
         self.tokens = TokenRepository(self.tx)
         self.ui_sessions = UiSessionRepository(self.tx)
-        self.retention = RetentionRepository(self.tx)
+        self.retention = RetentionRepository(self.tx, self.hooks)
         self.step_logs = StepLogRepository(self.tx)
-        self.schedules = ScheduleCatalog(self.tx)
-        self.datasets = DatasetCatalog(self.tx)
-        self.partitions = PartitionRepository(self.tx, self.datasets)
-        self.consumers = ConsumerCatalog(self.tx, self.datasets)
-        self.views = ViewRepository(self.tx)
-        self.batch_configs = BatchConfigCatalog(self.tx)
-        self.batches = BatchStore(self.tx)
-        self.batch_audit = BatchAudit(self.tx, self.batches)
+        self.changes = ChangeHistory(self.tx)
+        planners = installed_planners() if planners is None else planners
+        self._planned = self._planner_repositories(planners)
+        self.hooks.install(planners, self)
+
+    def _planner_repositories(self, planners: Sequence[Planner]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for planner in planners:
+            planner.define_tables()
+            for name, repository in planner.repositories(self).items():
+                if name in found or name in self.__dict__:
+                    raise ConfigError(f"planner {planner.name} names a repository {name!r} "
+                                      "that the store has already")
+                found[name] = repository
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        """An installed planner's repository, by the name the planner gives it
+        (``store.schedules``, ``store.partitions``; :mod:`jobserver.planners.base`)."""
+        planned = self.__dict__.get("_planned", {})
+        if name in planned:
+            return planned[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def dialect(self) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, text
 from sqlalchemy.sql.expression import TextualSelect
@@ -26,6 +26,9 @@ from jobserver.states import State
 from jobserver.store.queries import driver_rows, query
 from jobserver.store.records import Completion
 from jobserver.store.tables import AuditEvent, record_events, steps
+
+if TYPE_CHECKING:
+    from jobserver.planners.base import JobInputs
 
 
 def _row(index: int, completion: Completion) -> dict[str, Any]:
@@ -72,13 +75,17 @@ def postgresql_params(completions: Sequence[Completion]) -> dict[str, Any]:
             "next_ids": [row["step_id"] for row in following]}
 
 
-def complete(conn: Connection, completions: Sequence[Completion]) -> Written:
+def complete(conn: Connection, completions: Sequence[Completion],
+             inputs: JobInputs | None) -> Written:
     """Write every completion's step outcome (and the job's final state where set)
-    with their audit rows; report which compare-and-sets matched."""
+    with their audit rows; report which compare-and-sets matched. ``inputs``: what
+    the ended runs took goes with their end (SQLite; ``complete`` does it on
+    PostgreSQL)."""
     if conn.dialect.name == "postgresql":
         return _complete_postgresql(conn, postgresql_params(completions))
     written = _complete_sqlite(conn, [_row(index, completion)
-                                      for index, completion in enumerate(completions)])
+                                      for index, completion in enumerate(completions)],
+                               inputs)
     _start_next_sqlite(conn, completions, written)
     return written
 
@@ -109,7 +116,8 @@ def _start_next_sqlite(conn: Connection, completions: Sequence[Completion],
     record_events(conn, events)
 
 
-def _complete_sqlite(conn: Connection, rows: list[dict[str, Any]]) -> Written:
+def _complete_sqlite(conn: Connection, rows: list[dict[str, Any]],
+                     inputs: JobInputs | None) -> Written:
     # SQLite's json_extract hands nested objects back as JSON text, which is what
     # the metrics column stores.
     written = Written()
@@ -123,21 +131,22 @@ def _complete_sqlite(conn: Connection, rows: list[dict[str, Any]]) -> Written:
         for (job_id,) in conn.exec_driver_sql(query("complete_jobs.sqlite"),
                                               (json.dumps(finishing),)).all():
             written.jobs.add(by_job[job_id]["i"])
-        _settle_consumed(conn, [row for row in finishing if row["i"] in written.jobs])
+        if inputs is not None:
+            _settle_consumed(inputs, conn,
+                             [row for row in finishing if row["i"] in written.jobs])
     record_events(conn, [_step_event(row) for row in rows if row["i"] in written.steps]
                   + [_job_event(row) for row in rows if row["i"] in written.jobs])
     return written
 
 
-def _settle_consumed(conn: Connection, ended: list[dict[str, Any]]) -> None:
-    """The partitions of the runs that just ended: what ``complete`` does on
-    PostgreSQL, in the same transaction as their final state."""
-    from jobserver.datasets import working_set
-
-    working_set.consumed(conn, [(row["job_id"], row["attempt"]) for row in ended
-                                if row["job_state"] == State.SUCCEED.value])
-    working_set.settle(conn, [row["job_id"] for row in ended
-                              if row["job_state"] != State.SUCCEED.value])
+def _settle_consumed(inputs: JobInputs, conn: Connection,
+                     ended: list[dict[str, Any]]) -> None:
+    """What the runs that just ended took: what ``complete`` does on PostgreSQL, in
+    the same transaction as their final state."""
+    inputs.consumed(conn, [(row["job_id"], row["attempt"]) for row in ended
+                           if row["job_state"] == State.SUCCEED.value])
+    inputs.settle(conn, [row["job_id"] for row in ended
+                         if row["job_state"] != State.SUCCEED.value])
 
 
 def _step_event(row: dict[str, Any]) -> AuditEvent:

@@ -10,7 +10,7 @@ of jobs in the store.
 * :meth:`JobBrowser.page` lists jobs newest first under filters. The filter an index
   serves (``name`` by ``ix_jobs_name_id``, else ``state`` by ``ix_jobs_state_id``, both
   ordered by id) bounds the scan by the page's size. The others (``node``, a second
-  of the two, a time range's exact edges) are checked within a window of at most
+  of the two, a part of the name, a time range's exact edges) are checked within a window of at most
   :data:`SCAN_WINDOW` jobs of that scan: a page that finds fewer matches there ends
   early, with a cursor to go on from where the window stopped. A time range becomes
   an id range first, by a binary search over the primary key (ids ascend with
@@ -88,18 +88,21 @@ class Throughput:
 @dataclass(frozen=True)
 class JobFilter:
     """What the jobs page asks for; every field optional. ``since`` and ``until``
-    bound ``created_at`` (``since`` included, ``until`` not)."""
+    bound ``created_at`` (``since`` included, ``until`` not); ``name_contains`` is a
+    part of the name, any case (checked within the scan window, as ``node`` is)."""
 
     state: State | None = None
     name: str | None = None
     node: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    name_contains: str | None = None
 
     @property
     def residual(self) -> bool:
         """Whether any filter is left after the one an index serves."""
         return (self.node is not None or self.since is not None or self.until is not None
+                or self.name_contains is not None
                 or (self.state is not None and self.name is not None))
 
 
@@ -224,12 +227,21 @@ def _indexed_scan(wanted: JobFilter, low: int | None, high: int | None) -> Selec
     return query
 
 
+def name_contains(part: str) -> ColumnElement[bool]:
+    """Jobs whose name holds ``part``, any case, on both stores: LIKE with ``%``,
+    ``_`` and the escape character of ``part`` escaped (SQLite's LIKE ignores ASCII
+    case and PostgreSQL's does not, so both sides are lowered)."""
+    return func.lower(jobs.c.name).contains(part.lower(), autoescape=True)
+
+
 def _residual_conditions(wanted: JobFilter) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = []
     if wanted.name is not None and wanted.state is not None:
         conditions.append(jobs.c.state == wanted.state.value)
     if wanted.node is not None:
         conditions.append(jobs.c.node == wanted.node)
+    if wanted.name_contains is not None:
+        conditions.append(name_contains(wanted.name_contains))
     if wanted.since is not None:
         conditions.append(jobs.c.created_at >= wanted.since)
     if wanted.until is not None:

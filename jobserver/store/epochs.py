@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
+from typing import NamedTuple
 
 from sqlalchemy import Connection, Exists, and_, exists, insert, select, update
 
@@ -44,6 +46,13 @@ def fenced(tx: Transactions, key: str, fence: int,
             raise FencedOff(f"the lease {key} (fence {fence}) is no longer the newest; "
                             f"{holder} acts now")
         yield conn
+
+
+class Taken(NamedTuple):
+    """Who took the newest lease of a key, and when (the store's clock)."""
+
+    holder: str | None
+    at: datetime | None
 
 
 class EpochRepository:
@@ -92,3 +101,12 @@ class EpochRepository:
         """Who took the newest lease of ``key`` (it may have been released since)."""
         with self._tx.read() as conn:
             return conn.execute(select(epochs.c.holder).where(epochs.c.key == key)).scalar()
+
+    def taken(self, key: str) -> Taken | None:
+        """Who took the newest lease of ``key`` and when, in one read; None if nobody
+        ever did. The lease may have been released or lost since: ask the lock
+        backend whether ``key`` is still held (``jobserver.presence``)."""
+        with self._tx.read() as conn:
+            row = conn.execute(select(epochs.c.holder, epochs.c.acquired_at)
+                               .where(epochs.c.key == key)).first()
+        return None if row is None else Taken(row.holder, row.acquired_at)

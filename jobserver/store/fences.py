@@ -11,7 +11,7 @@ with a higher attempt. A check without the attempt answers only "RUNNING under t
 fence".
 
 The answer is true at the instant of the read and no later: a rescue may take the job
-a moment after. See the README's "Guarantees" for what that leaves open.
+a moment after. See docs/jobs.md, "Guarantees", for what that leaves open.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Connection, func, insert, select, update
 
@@ -12,14 +12,18 @@ from jobserver.exceptions import Conflict, ConstraintViolation, IllegalTransitio
 from jobserver.spec import JobSpec, step_columns
 from jobserver.states import Operation, State
 from jobserver.store import WAKE_CHANNEL, Transactions, pgsubmit
-from jobserver.store.browse import step_progress
+from jobserver.store.browse import name_contains, step_progress
 from jobserver.store.dependencies import NewJob, insert_linked, recount, upstreams_of
 from jobserver.store.engine import store_now
+from jobserver.store.hooks import PlannerHooks
 from jobserver.store.intake import BatchItem, Submitted, insert_ready, submit_batch
 from jobserver.store.logs import forget as forget_logs
 from jobserver.store.not_running import NotRunning, count_stuck, explain
 from jobserver.store.records import SYSTEM, Actor, EventRecord, JobRecord, StepRecord
 from jobserver.store.tables import AuditEvent, events, jobs, record_events, steps
+
+if TYPE_CHECKING:
+    from jobserver.planners.base import JobInputs
 
 MAX_PAGE = 500
 
@@ -36,8 +40,10 @@ class KeyedSubmit(NamedTuple):
 
 
 class JobRepository:
-    def __init__(self, tx: Transactions) -> None:
+    def __init__(self, tx: Transactions, hooks: PlannerHooks | None = None) -> None:
+        """``hooks``: the planners' (:mod:`jobserver.store.hooks`), none by default."""
         self._tx = tx
+        self._hooks = hooks or PlannerHooks()
 
     # -- submit ---------------------------------------------------------------------
     def submit(self, spec: JobSpec, dependencies: list[list[str]],
@@ -235,14 +241,19 @@ class JobRepository:
                                   after=upstreams_of(conn, [job_id]).get(job_id, []))
 
     def list(self, state: State | None = None, name: str | None = None, limit: int = 50,
-             before_id: int | None = None) -> tuple[list[JobRecord], int | None]:
-        """Newest first; returns the page and the id to pass as ``before_id`` next."""
+             before_id: int | None = None, name_part: str | None = None,
+             ) -> tuple[list[JobRecord], int | None]:
+        """Newest first; returns the page and the id to pass as ``before_id`` next.
+        ``name_part``: a part of the name, any case (no index serves it: the scan goes
+        on, newest first, until the page is full)."""
         limit = max(1, min(limit, MAX_PAGE))
         query = select(jobs).order_by(jobs.c.id.desc()).limit(limit + 1)
         if state is not None:
             query = query.where(jobs.c.state == state.value)
         if name is not None:
             query = query.where(jobs.c.name == name)
+        if name_part is not None:
+            query = query.where(name_contains(name_part))
         if before_id is not None:
             query = query.where(jobs.c.id < before_id)
         with self._tx.read() as conn:
@@ -316,7 +327,7 @@ class JobRepository:
         conn.execute(update(jobs).where(jobs.c.id == job_id)
                      .values(**_job_values(operation)))
         changed = _reset_steps(conn, job_id, operation)
-        _settle_inputs(conn, job_id, operation)
+        _settle_inputs(self._hooks.inputs, conn, job_id, operation)
         if operation.target is State.READY:
             self._tx.notify(conn)
         record_events(conn, [
@@ -346,11 +357,11 @@ def _insert_values(spec: JobSpec, dependencies: list[list[str]], idempotency_key
     return values, step_rows
 
 
-def _settle_inputs(conn: Connection, job_id: int, operation: Operation) -> None:
-    """A paused or discarded run gives its partitions back (a failed attempt each)."""
-    from jobserver.datasets.working_set import settle
-
-    settle(conn, [job_id], error=f"job {operation.target.value.lower()} by operator")
+def _settle_inputs(inputs: JobInputs | None, conn: Connection, job_id: int,
+                   operation: Operation) -> None:
+    """A paused or discarded run gives back what it took (a failed attempt each)."""
+    if inputs is not None:
+        inputs.settle(conn, [job_id], error=f"job {operation.target.value.lower()} by operator")
 
 
 def _job_values(operation: Operation) -> dict[str, Any]:

@@ -1,19 +1,17 @@
 """Which old finished jobs retention keeps because something still refers to them.
 
 :func:`kept` is asked, inside the delete transaction and after the candidates' rows
-are locked, which of them must stay. The rules, one per kind of reference (the README's
+are locked, which of them must stay. The rules, one per kind of reference (docs/configuration.md's
 Retention section and :mod:`jobserver.store.retention` say why each is a rule and
 not a dangling reference):
 
 * a job another job depends on (``job_dependencies.upstream_id``) stays while that
   dependent stays; both go in the same batch when both may;
-* a batch stage's job (``batch_stages.job_id``, its newest run): the batch audit
-  reads its steps;
-* a view partition's job (``view_partitions.job_id``): the view tracker settles the
-  partition from it;
-* a consumer partition's job while the partition is IN_PROGRESS;
-* a job a schedule's template names in ``after``, and the newest SUCCEED job of each
-  template a ``since_last_run`` constraint reads (:class:`ScheduleRefs`);
+* a job a planner's rows still refer to: each installed planner's
+  :class:`~jobserver.planners.base.KeepRule` (its
+  :meth:`~jobserver.planners.base.Planner.retention_rules`: a batch stage's job, a
+  view partition's, an IN_PROGRESS consumer partition's, a job a schedule waits
+  for), most of them a :class:`ReferencedBy`;
 * a job whose final event a job-event feed reader (:data:`JOB_EVENT_FEEDS`) has not
   read yet, unless that reader has left events unread for :data:`FEED_ALIVE`
   (its planner is turned off);
@@ -25,19 +23,16 @@ not a dangling reference):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, exists, func, literal, select, text, tuple_
+from sqlalchemy import Connection, func, literal, select, text, tuple_
 
-from jobserver.batches.tables import batch_stages
-from jobserver.datasets.tables import working_sets
-from jobserver.schedules.tables import schedules
+from jobserver.planners.base import KeepRule
 from jobserver.store.engine import store_now
 from jobserver.store.models import FINAL_EVENTS
 from jobserver.store.tables import events, feed_cursors, job_dependencies, jobs, steps
-from jobserver.views.tables import view_partitions
 
 #: The readers of the final job events feed (``jobserver.store.feed``): the schedule
 #: evaluator's (``jobserver.schedules.store.FEED``) and the view tracker's
@@ -49,32 +44,35 @@ JOB_EVENT_FEEDS = ("schedules/job_status", "views/jobs")
 FEED_ALIVE = 86400.0
 #: The states of the feed's final events (``models.FINAL_EVENTS``).
 FEED_FINALS = ("SUCCEED", "ERROR", "DISCARDED", "STOPPED")
-#: The consumer working-set state whose job is still needed.
-IN_PROGRESS = "IN_PROGRESS"
+
+
+class ReferencedBy(KeepRule):
+    """Keeps the jobs a planner's column names (``column``: a job id, with an index of
+    its own), in the rows matching ``where`` only when given: one
+    ``SELECT column WHERE column IN (ids)`` per batch."""
+
+    def __init__(self, column: Any, *where: Any) -> None:
+        self.column = column
+        self.where = where
+
+    def kept(self, conn: Connection, ids: Sequence[int], read: Any) -> set[int]:
+        query = select(self.column).where(self.column.in_(list(ids)), *self.where)
+        return {int(job_id) for job_id in conn.execute(query).scalars()}
 
 
 @dataclass(frozen=True)
-class ScheduleRefs:
-    """What the schedules refer to: the job ids their templates wait for (``after``)
-    and the template names whose newest successful run a ``since_last_run``
-    constraint reads. Read once every few batches (:meth:`read`): parsing every
-    schedule's spec per batch would cost more than the batch."""
+class Refs:
+    """The installed planners' rules, each with what it read last
+    (:meth:`KeepRule.read`): read once every few batches (:meth:`read`), as reading
+    per batch what some rules need (every schedule's spec) would cost more than the
+    batch."""
 
-    after: frozenset[int] = frozenset()
-    last_success_of: frozenset[str] = frozenset()
+    rules: tuple[KeepRule, ...] = ()
+    reads: tuple[Any, ...] = ()
 
     @classmethod
-    def read(cls, conn: Connection) -> ScheduleRefs:
-        after: set[int] = set()
-        names: set[str] = set()
-        for (spec,) in conn.execute(select(schedules.c.spec)):
-            template = (spec or {}).get("template") or {}
-            after.update(int(item["job"]) for item in template.get("after") or []
-                         if isinstance(item, dict) and "job" in item)
-            if any(isinstance(c, dict) and c.get("type") == "since_last_run"
-                   for c in (spec or {}).get("constraints") or []):
-                names.add(str(template.get("name")))
-        return cls(frozenset(after), frozenset(names))
+    def read(cls, conn: Connection, rules: Sequence[KeepRule]) -> Refs:
+        return cls(tuple(rules), tuple(rule.read(conn) for rule in rules))
 
 
 @dataclass
@@ -86,7 +84,7 @@ class Kept:
     blocked: set[int] = field(default_factory=set)
 
 
-def kept(conn: Connection, candidates: set[int], refs: ScheduleRefs,
+def kept(conn: Connection, candidates: set[int], refs: Refs,
          gone: Iterable[int] = ()) -> Kept:
     """Which of ``candidates`` (locked, final, old) must stay. ``gone``: jobs this run
     has already deleted, or counted as deleted in a dry run, whose dependency edges
@@ -94,11 +92,18 @@ def kept(conn: Connection, candidates: set[int], refs: ScheduleRefs,
     if not candidates:
         return Kept()
     ids = list(candidates)
-    keep = (_newest(conn) | _referenced(conn, ids) | _named_by_schedules(conn, ids, refs)
-            | _unread(conn, ids))
+    keep = _newest(conn) | _referenced(conn, ids, refs) | _unread(conn, ids)
     keep &= candidates
     blocked = _depended_on(conn, candidates - keep, set(gone))
     return Kept(keep | blocked, blocked)
+
+
+def _referenced(conn: Connection, ids: list[int], refs: Refs) -> set[int]:
+    """Jobs the planners' rows refer to, by their rules."""
+    found: set[int] = set()
+    for rule, read in zip(refs.rules, refs.reads):
+        found.update(rule.kept(conn, ids, read))
+    return found
 
 
 def _newest(conn: Connection) -> set[int]:
@@ -107,30 +112,6 @@ def _newest(conn: Connection) -> set[int]:
         top = select(func.max(table.c.id)).scalar_subquery()
         newest.add(conn.execute(select(table.c.job_id).where(table.c.id == top)).scalar())
     return {int(job_id) for job_id in newest if job_id is not None}
-
-
-def _referenced(conn: Connection, ids: list[int]) -> set[int]:
-    """Jobs a batch stage or a view partition names, or an IN_PROGRESS consumer
-    partition's run (each column has an index of its own)."""
-    queries: list[Any] = [
-        select(batch_stages.c.job_id).where(batch_stages.c.job_id.in_(ids)),
-        select(view_partitions.c.job_id).where(view_partitions.c.job_id.in_(ids)),
-        select(working_sets.c.job_id).where(working_sets.c.job_id.in_(ids),
-                                            working_sets.c.state == IN_PROGRESS),
-    ]
-    return {int(job_id) for query in queries for job_id in conn.execute(query).scalars()}
-
-
-def _named_by_schedules(conn: Connection, ids: list[int], refs: ScheduleRefs) -> set[int]:
-    found = set(refs.after.intersection(ids))
-    if refs.last_success_of:
-        newer = jobs.alias("newer")
-        found.update(conn.execute(select(jobs.c.id).where(
-            jobs.c.id.in_(ids), jobs.c.state == "SUCCEED",
-            jobs.c.name.in_(sorted(refs.last_success_of)),
-            ~exists().where(newer.c.name == jobs.c.name, newer.c.state == "SUCCEED",
-                            newer.c.id > jobs.c.id))).scalars())
-    return found
 
 
 def _unread(conn: Connection, ids: list[int]) -> set[int]:

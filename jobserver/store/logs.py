@@ -28,6 +28,9 @@ step_logs = cast(Table, StepLogRow.__table__)
 
 #: Chunks read per query: a page is at most this many compressed chunks in memory.
 PAGE = 8
+#: The newest chunks :meth:`StepLogRepository.tail` looks at (a running step writes a
+#: chunk a second at most, so this is a minute of a quiet step's output).
+TAIL_CHUNKS = 64
 
 
 class LogKey(NamedTuple):
@@ -98,6 +101,29 @@ class StepLogRepository:
             if len(rows) < PAGE:
                 return
             after = rows[-1].seq
+
+    def tail(self, key: LogKey, limit: int = 4096) -> bytes:
+        """The last ``limit`` bytes of ``key``'s log as stored now (less when it is
+        shorter or written in more than :data:`TAIL_CHUNKS` small chunks; empty
+        before the attempt writes anything). Reads the sizes of the newest chunks,
+        then the data of only those it needs, so a long log costs what a short one
+        does."""
+        mine = ((step_logs.c.job_id == key.job_id) & (step_logs.c.step == key.step)
+                & (step_logs.c.attempt == key.attempt))
+        with self._tx.read() as conn:
+            newest = conn.execute(select(step_logs.c.seq, step_logs.c.size).where(mine)
+                                  .order_by(step_logs.c.seq.desc()).limit(TAIL_CHUNKS)).all()
+            wanted, size = [], 0
+            for row in newest:
+                if size >= limit:
+                    break
+                wanted.append(row.seq)
+                size += row.size
+            if not wanted:
+                return b""
+            rows = conn.execute(select(step_logs.c.data).where(
+                mine, step_logs.c.seq.in_(wanted)).order_by(step_logs.c.seq)).all()
+        return b"".join(zlib.decompress(row.data) for row in rows)[-limit:]
 
     def chunk_count(self, key: LogKey) -> int:
         """How many chunks ``key``'s log has."""

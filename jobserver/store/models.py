@@ -390,9 +390,25 @@ class UiSessionRow(Base):
         Index("ix_ui_sessions_token_id", "token_id"),
     )
 
-# The planners' tables live in their packages; importing them here puts them in
-# Base.metadata, which migrations and the drift test compare against.
-from jobserver.schedules import tables as _schedule_tables  # noqa: E402,F401
-from jobserver.datasets import tables as _dataset_tables  # noqa: E402,F401
-from jobserver.views import tables as _view_tables  # noqa: E402,F401
-from jobserver.batches import tables as _batch_tables  # noqa: E402,F401
+class ChangeRow(Base):
+    """One change asked for through the API or the dashboard, other than a job's own
+    (jobs keep theirs in ``job_events``), added by 0017: a definition created,
+    replaced, switched or deleted, partitions added, a materialize, a batch run. The
+    history of who changed what; written after the change, by the request that made
+    it (:mod:`jobserver.store.changes`)."""
+
+    __tablename__ = "changes"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    actor: Mapped[str] = mapped_column(String(200))
+    actor_token_id: Mapped[int | None] = mapped_column(BigInteger)
+    method: Mapped[str] = mapped_column(String(8))
+    # The request's path: what was changed (/api/v1/schedules/ns/name).
+    resource: Mapped[str] = mapped_column(String(1000))
+    # The route (schedules.put_schedule) and what it said it did (created, updated,
+    # deleted, 201), as the reply told the caller.
+    action: Mapped[str] = mapped_column(String(100))
+    outcome: Mapped[str] = mapped_column(String(100))
+
+    __table_args__ = (Index("ix_changes_resource_id", "resource", "id"),)

@@ -71,7 +71,9 @@ WITH candidates AS MATERIALIZED (
     ORDER BY s.position LIMIT 1) AS step
 ), started AS (
   UPDATE steps SET state = 'RUNNING', attempt = steps.attempt + 1,
-         started_at = clock_timestamp(), finished_at = NULL, exit_code = NULL, error = NULL
+         started_at = clock_timestamp(), finished_at = NULL, exit_code = NULL, error = NULL,
+         output = NULL, wall_seconds = NULL, cpu_seconds = NULL, peak_rss_kb = NULL,
+         metrics = NULL
   WHERE steps.id IN (SELECT id FROM first) AND steps.state = 'READY'
   RETURNING steps.id, steps.job_id, steps.name, steps.attempt, steps.started_at
 ), audit AS (
@@ -95,9 +97,13 @@ SELECT claimed.id, claimed.name, claimed.state, claimed.priority, claimed.lock_k
   CASE WHEN started.id IS NULL THEN s.state ELSE 'RUNNING' END,
   COALESCE(started.attempt, s.attempt), COALESCE(started.started_at, s.started_at),
   CASE WHEN started.id IS NULL THEN s.finished_at END,
-  CASE WHEN started.id IS NULL THEN s.exit_code END, s.output,
+  CASE WHEN started.id IS NULL THEN s.exit_code END,
+  CASE WHEN started.id IS NULL THEN s.output END,
   CASE WHEN started.id IS NULL THEN s.error END,
-  s.wall_seconds, s.cpu_seconds, s.peak_rss_kb, s.metrics
+  CASE WHEN started.id IS NULL THEN s.wall_seconds END,
+  CASE WHEN started.id IS NULL THEN s.cpu_seconds END,
+  CASE WHEN started.id IS NULL THEN s.peak_rss_kb END,
+  CASE WHEN started.id IS NULL THEN s.metrics END
 FROM claimed LEFT JOIN steps AS s ON s.job_id = claimed.id
 LEFT JOIN started ON started.id = s.id
 ORDER BY claimed.priority DESC, claimed.id, s.position;
@@ -160,7 +166,9 @@ WITH v AS MATERIALIZED (
   RETURNING v.i
 ), n AS (
   UPDATE steps SET state = 'RUNNING', attempt = steps.attempt + 1,
-         started_at = clock_timestamp(), finished_at = NULL, exit_code = NULL, error = NULL
+         started_at = clock_timestamp(), finished_at = NULL, exit_code = NULL, error = NULL,
+         output = NULL, wall_seconds = NULL, cpu_seconds = NULL, peak_rss_kb = NULL,
+         metrics = NULL
   FROM json_to_recordset(CAST(%(next)s AS json)) AS x(i int, step_id bigint)
   WHERE x.i IN (SELECT i FROM s) AND steps.id = x.step_id AND steps.state = 'READY'
     AND steps.id = ANY(%(next_ids)s)
@@ -294,7 +302,8 @@ ORDER BY job_id, position;
 -- READY -> RUNNING for the steps in :ids (a JSON array): a claim's first steps.
 UPDATE steps SET state = 'RUNNING', attempt = attempt + 1,
        started_at = (strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'),
-       finished_at = NULL, exit_code = NULL, error = NULL
+       finished_at = NULL, exit_code = NULL, error = NULL, output = NULL,
+       wall_seconds = NULL, cpu_seconds = NULL, peak_rss_kb = NULL, metrics = NULL
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'READY'
 RETURNING id, attempt, started_at;
 

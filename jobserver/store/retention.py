@@ -26,6 +26,9 @@ Every table that names a job, and what retention does about it:
 * ``batch_stages.job_id``: kept. The stage's newest job is its status's source and the
   batch audit's steps. A stage's earlier runs are not referenced and go.
 * ``batch_runs``: name no job.
+* ``batch_stage_launches.job_id``: history; left dangling. A launch's jobs were copied
+  into its row when it ended (the runtime audit reads the copy); one still running is
+  its stage's newest, kept through ``batch_stages.job_id``.
 * ``view_partitions.job_id``: kept (the tracker settles the partition from that job;
   a materialized or failed partition names none).
 * ``view_events.job_id``: history; the id is left dangling (the listeners' feed only
@@ -59,18 +62,18 @@ from datetime import datetime
 
 from sqlalchemy import Connection, delete, func, literal, select, text, tuple_
 
+# DEFAULT_STATES and DELETABLE live outside the store (``jobserver purge --help``
+# lists them without SQLAlchemy); they stay importable from here.
+from jobserver.deletable import DEFAULT_STATES, DELETABLE
 from jobserver.states import State
 from jobserver.store import Transactions
 from jobserver.store.engine import store_now
 from jobserver.store.epochs import fenced
-from jobserver.store.keep import ScheduleRefs, dependents_among, kept
+from jobserver.store.hooks import PlannerHooks
+from jobserver.store.keep import Refs, dependents_among, kept
 from jobserver.store.models import FINISHED_JOBS, UTCDateTime
 from jobserver.store.tables import events, jobs, steps
 
-#: The states ``retention.finished_jobs`` deletes.
-DEFAULT_STATES = (State.SUCCEED, State.DISCARDED)
-#: Every state a purge may delete (``jobserver purge --state``).
-DELETABLE = (State.SUCCEED, State.DISCARDED, State.ERROR)
 #: PostgreSQL: the longest a delete waits for a row lock it did not skip (a
 #: ``job_dependencies`` or ``steps`` row of another writer) before it gives up; the
 #: batch is tried again later. Claims never wait for a delete: it locks final rows only.
@@ -113,8 +116,11 @@ class Deleted:
 
 
 class RetentionRepository:
-    def __init__(self, tx: Transactions) -> None:
+    def __init__(self, tx: Transactions, hooks: PlannerHooks | None = None) -> None:
+        """``hooks``: the planners' (:mod:`jobserver.store.hooks`), whose keep rules
+        say which old jobs their rows still refer to; none by default."""
         self._tx = tx
+        self._hooks = hooks or PlannerHooks()
 
     def cutoff(self, age: float) -> datetime:
         """The store's clock ``age`` seconds ago: jobs finished before it are old."""
@@ -138,12 +144,14 @@ class RetentionRepository:
             return [Position(finished_at, int(job_id))
                     for finished_at, job_id in conn.execute(query)]
 
-    def schedule_refs(self) -> ScheduleRefs:
+    def refs(self) -> Refs:
+        """The planners' keep rules with what they read (:class:`Refs`), for the
+        next few batches."""
         with self._tx.read() as conn:
-            return ScheduleRefs.read(conn)
+            return Refs.read(conn, self._hooks.keep_rules)
 
     def delete(self, ids: Sequence[int], states: Iterable[State], before: datetime,
-               refs: ScheduleRefs, *, fence: tuple[str, int] | None = None,
+               refs: Refs, *, fence: tuple[str, int] | None = None,
                dry_run: bool = False, gone: Iterable[int] = ()) -> Deleted:
         """Delete those of ``ids`` still in ``states``, finished before ``before`` and
         not kept, with their steps and events, in one transaction; fenced by the

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import (ColumnElement, Connection, Select, and_, exists, func, or_, select,
                         text, update)
@@ -24,7 +24,19 @@ from jobserver.store.models import DUE_JOBS
 from jobserver.store.pgclaim import ClaimKind
 from jobserver.store.records import (ClaimToken, Completion, JobRecord, NodeLoad,
                                      StepOutcome, StepRecord, first_runnable)
+from jobserver.store.hooks import PlannerHooks
 from jobserver.store.tables import AuditEvent, jobs, record_events, steps
+
+if TYPE_CHECKING:
+    from jobserver.planners.base import JobInputs
+
+#: What a step's new attempt starts without: the figures and output shown for a
+#: RUNNING step are its current attempt's own, empty until that attempt reports. An
+#: earlier attempt is kept in the job's events and its own log (``step_logs``). The
+#: claim statements in ``queries.sql`` clear the same columns.
+ATTEMPT_CLEARED: dict[str, None] = dict.fromkeys((
+    "finished_at", "exit_code", "error", "output", "wall_seconds", "cpu_seconds",
+    "peak_rss_kb", "metrics"))
 
 
 def _owned(token: ClaimToken) -> ColumnElement[bool]:
@@ -99,10 +111,13 @@ def ready_candidates(node: str, limit: int, job_ids: list[int] | None = None,
 
 
 class RunRepository:
-    def __init__(self, tx: Transactions, keyed_tx: Transactions | None = None) -> None:
-        """``keyed_tx``: where the group commit runs (``Store.keyed_engine``)."""
+    def __init__(self, tx: Transactions, keyed_tx: Transactions | None = None,
+                 hooks: PlannerHooks | None = None) -> None:
+        """``keyed_tx``: where the group commit runs (``Store.keyed_engine``);
+        ``hooks``: the planners' (:mod:`jobserver.store.hooks`), none by default."""
         self._tx = tx
         self._keyed_tx = keyed_tx or tx
+        self._hooks = hooks or PlannerHooks()
 
     # -- claim ------------------------------------------------------------------------
     def claim(self, node: str, lease: LeaseRef, limit: int,
@@ -233,7 +248,7 @@ class RunRepository:
                 update(steps)
                 .where(steps.c.id == step.id, steps.c.state == State.READY.value, job_running)
                 .values(state=State.RUNNING.value, attempt=steps.c.attempt + 1,
-                        started_at=store_now(), finished_at=None, exit_code=None, error=None)
+                        started_at=store_now(), **ATTEMPT_CLEARED)
                 .returning(steps.c.attempt)).scalar()
             if attempt is None:
                 self._refusal(conn, token)
@@ -274,7 +289,7 @@ class RunRepository:
             if result.rowcount == 0:
                 self._refusal(conn, token)
                 return False
-            _settle_inputs(conn, token, state is State.SUCCEED)
+            _settle_inputs(self._hooks.inputs, conn, token, state is State.SUCCEED)
             record_events(conn, [AuditEvent.of_run(token, State.RUNNING, state,
                                                    message=error)])
             return True
@@ -288,9 +303,9 @@ class RunRepository:
                 .values(state=State.READY.value, node=None, updated_at=store_now()))
             if not result.rowcount:
                 return False
-            from jobserver.datasets.working_set import settle
-
-            settle(conn, [token.job_id], error=message, count=False)
+            inputs = self._hooks.inputs
+            if inputs is not None:
+                inputs.settle(conn, [token.job_id], error=message, count=False)
             names = conn.execute(
                 update(steps).where(steps.c.job_id == token.job_id,
                                     steps.c.state == State.RUNNING.value)
@@ -349,7 +364,7 @@ class RunRepository:
         # own, and the COMMIT round trip is saved.
         single = self._tx.dialect == "postgresql"
         with (self._keyed_tx.statement() if single else self._tx.write()) as conn:
-            written = batch.complete(conn, completions)
+            written = batch.complete(conn, completions, self._hooks.inputs)
             results: list[bool | FencedOff] = []
             for index, completion in enumerate(completions):
                 done = index in (written.jobs if completion.job_state else written.steps)
@@ -379,15 +394,16 @@ def holds(conn: Connection, token: ClaimToken) -> bool:
     return False
 
 
-def _settle_inputs(conn: Connection, token: ClaimToken, succeeded: bool) -> None:
-    """The partitions the run consumed, as its end decides (see
-    :mod:`jobserver.datasets.working_set`), in the transaction writing the end."""
-    from jobserver.datasets import working_set
-
+def _settle_inputs(inputs: JobInputs | None, conn: Connection, token: ClaimToken,
+                   succeeded: bool) -> None:
+    """What the run took (its job's declared inputs), as its end decides, in the
+    transaction writing the end (:class:`~jobserver.planners.base.JobInputs`)."""
+    if inputs is None:
+        return
     if succeeded:
-        working_set.consumed(conn, [(token.job_id, token.attempt)])
+        inputs.consumed(conn, [(token.job_id, token.attempt)])
     else:
-        working_set.settle(conn, [token.job_id])
+        inputs.settle(conn, [token.job_id])
 
 
 def _refusal_error(conn: Connection, token: ClaimToken) -> FencedOff | None:
@@ -419,6 +435,8 @@ def _start_first_steps(conn: Connection, claimed: list[JobRecord]) -> list[Audit
     for step_id, attempt, started_at in started:
         job, step = first[step_id]
         step.state, step.attempt, step.started_at = State.RUNNING, attempt, started_at
+        for column in ATTEMPT_CLEARED:
+            setattr(step, column, None)
         events.append(AuditEvent.of_run(job.token(), State.READY, State.RUNNING, step.name,
                                         attempt))
     return events

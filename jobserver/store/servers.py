@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Collection
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from jobserver.states import State
 from jobserver.store import Transactions
 from jobserver.store.engine import seconds_since, store_now
+from jobserver.store.hooks import PlannerHooks
 from jobserver.store.records import ServerRecord
 from jobserver.store.tables import AuditEvent, jobs, record_events, servers, steps
+
+if TYPE_CHECKING:
+    from jobserver.planners.base import JobInputs
 
 
 class OwnedRun(NamedTuple):
@@ -24,8 +28,10 @@ class OwnedRun(NamedTuple):
 
 
 class ServerRepository:
-    def __init__(self, tx: Transactions) -> None:
+    def __init__(self, tx: Transactions, hooks: PlannerHooks | None = None) -> None:
+        """``hooks``: the planners' (:mod:`jobserver.store.hooks`), none by default."""
         self._tx = tx
+        self._hooks = hooks or PlannerHooks()
 
     def register(self, server_id: str, host: str, pid: int, mode: str, capacity: int,
                  tags: dict[str, Any] | None = None) -> None:
@@ -68,6 +74,21 @@ class ServerRepository:
                                        .label("heartbeat_age"))
                                 .order_by(servers.c.id)).mappings().all()
         return [ServerRecord.from_row(row) for row in rows]
+
+    def running_on(self, node_ids: Collection[str]) -> dict[str, int]:
+        """How many jobs the store has RUNNING on each of ``node_ids`` now (absent: none).
+
+        A node's ``running`` column is what its last heartbeat said; a dead node's is
+        stale once its jobs are rescued, so the cluster view asks the jobs themselves
+        (one read of ``ix_jobs_queue``'s (state, node) prefix)."""
+        if not node_ids:
+            return {}
+        with self._tx.read() as conn:
+            rows = conn.execute(select(jobs.c.node, func.count())
+                                .where(jobs.c.state == State.RUNNING.value,
+                                       jobs.c.node.in_(list(node_ids)))
+                                .group_by(jobs.c.node)).all()
+        return {row[0]: int(row[1]) for row in rows}
 
     def owned_jobs(self) -> dict[str, set[OwnedRun]]:
         """Each node that owns at least one RUNNING job, or (leader mode) a READY job
@@ -117,7 +138,7 @@ class ServerRepository:
                         only: Collection[OwnedRun] | None = None, why: str = ""
                         ) -> builtins.list[tuple[int, State]]:
         """Re-queue (or fail) every job RUNNING on a dead node, each run once (the
-        step that was running runs again: at-least-once, README "Guarantees").
+        step that was running runs again: at-least-once, docs/jobs.md "Guarantees").
 
         Each job is a compare-and-set on (id, node, fence, attempt), so two rescuers
         never both move it. A job whose running step is ``retryable: false`` goes to
@@ -136,11 +157,15 @@ class ServerRepository:
             orphans = sorted(only) if only is not None else conn.execute(
                 select(jobs.c.id, jobs.c.fence, jobs.c.attempt)
                 .where(jobs.c.state == State.RUNNING.value, jobs.c.node == node_id)).all()
+            inputs = self._hooks.inputs
             return [(job.id, state) for job in orphans
-                    if (state := _requeue(conn, job, node_id, rescuer, why)) is not None]
+                    if (state := _requeue(conn, job, node_id, rescuer, why, inputs))
+                    is not None]
 
 
-def _requeue(conn: Connection, job: Any, node_id: str, rescuer: str, why: str) -> State | None:
+def _requeue(conn: Connection, job: Any, node_id: str, rescuer: str, why: str,
+             inputs: JobInputs | None) -> State | None:
+    """Move one orphan on, and give back what its run took (``inputs``)."""
     running = conn.execute(select(steps.c.id, steps.c.name, steps.c.retryable)
                            .where(steps.c.job_id == job.id,
                                   steps.c.state == State.RUNNING.value)).all()
@@ -167,7 +192,6 @@ def _requeue(conn: Connection, job: Any, node_id: str, rescuer: str, why: str) -
                                       message=message))
     record_events(conn, [AuditEvent(job.id, State.RUNNING, target, None, rescuer, job.fence,
                                     job.attempt, message)] + step_events)
-    from jobserver.datasets.working_set import settle
-
-    settle(conn, [job.id], error=message)
+    if inputs is not None:
+        inputs.settle(conn, [job.id], error=message)
     return target

@@ -31,19 +31,15 @@ from typing import Any
 from sqlalchemy import Label, insert, select, update
 
 from jobserver.exceptions import NotFound, StoreError
+# The scopes live outside the store (the CLI names them without SQLAlchemy); they
+# stay importable from here.
+from jobserver.scopes import (ADMIN, ALL_SCOPES, FENCE, INCLUDED, OPERATE, READ, SCOPES,
+                              SHELL, SQL, SUBMIT, grants, parse_scopes)
 from jobserver.store import Transactions
 from jobserver.store.engine import seconds_since, store_now
 from jobserver.store.tables import api_tokens
 
 log = logging.getLogger(__name__)
-
-READ, SUBMIT, SHELL, OPERATE, ADMIN = "read", "submit", "shell", "operate", "admin"
-SQL, FENCE = "sql", "fence"
-SCOPES = (READ, FENCE, SUBMIT, SHELL, SQL, OPERATE, ADMIN)
-ALL_SCOPES = frozenset(SCOPES)
-#: Scopes a scope grants besides itself: whoever may read a job may ask whether its
-#: claim is current.
-INCLUDED: dict[str, frozenset[str]] = {READ: frozenset({FENCE})}
 
 #: Prefix of stored tokens' secrets, so that secret scanners and people can tell one.
 SECRET_PREFIX = "jst_"
@@ -52,31 +48,12 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,99}$")
 LAST_USED_RESOLUTION = 60.0
 
 
-def grants(scopes: frozenset[str] | tuple[str, ...], scope: str) -> bool:
-    """Whether a token with ``scopes`` may use a route that needs ``scope``."""
-    return scope in scopes or any(scope in INCLUDED.get(held, ()) for held in scopes)
-
-
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)  # 32 random bytes = 256 bits
-
-
-def parse_scopes(text: str | list[str]) -> list[str]:
-    """``"read,submit"`` -> ``["read", "submit"]`` in canonical order; ValueError names
-    an unknown scope."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    wanted = {item.strip() for item in items if item.strip()}
-    unknown = sorted(wanted - ALL_SCOPES)
-    if unknown:
-        raise ValueError(f"unknown scope(s) {', '.join(unknown)}; "
-                         f"choose from {', '.join(SCOPES)}")
-    if not wanted:
-        raise ValueError(f"at least one scope is needed; choose from {', '.join(SCOPES)}")
-    return [scope for scope in SCOPES if scope in wanted]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ against a live API server (werkzeug, in a thread) over a real store."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -141,6 +142,45 @@ def test_yaml_that_does_not_parse(run: Run, tmp_path: Path) -> None:
     assert code == 1 and "not valid YAML" in err
 
 
+def alias_bomb() -> str:
+    """A document of 1 KB standing for 9^9 strings (billion laughs)."""
+    lines = ["kind: Schedule", "name: laughs", "a: &a [" + ", ".join(["lol"] * 9) + "]"]
+    for before, name in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{before}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_by_line_at_once(run: Run, store: Store,
+                                                  tmp_path: Path) -> None:
+    path = write(tmp_path, SCHEDULE.format(name="first", cron="0 1 * * *"), alias_bomb())
+    started = time.monotonic()
+    code, out, err = run("apply", path)
+    assert (code, out) == (2, "")
+    assert err == (f"jobserver: {path}:14: alias *d repeats more nodes than aliases may "
+                   "(10000 in one file)\n")
+    assert time.monotonic() - started < 5
+    assert stored(store) == {}
+
+
+def test_a_recursive_alias_is_refused_by_line_not_a_traceback(run: Run, store: Store,
+                                                              tmp_path: Path) -> None:
+    path = write(tmp_path, "kind: Schedule\nname: loop\ntemplate: &t\n  name: etl\n"
+                           "  steps: [*t]\ntrigger: {type: time, cron: '0 1 * * *'}\n")
+    code, out, err = run("apply", path)
+    assert (code, out) == (2, "")
+    assert err == (f"jobserver: {path}:5: alias *t is inside the node it names "
+                   "(a recursive alias)\n")
+    assert stored(store) == {}
+
+
+def test_a_few_aliases_apply_as_written(run: Run, store: Store, tmp_path: Path) -> None:
+    path = write(tmp_path, "kind: Schedule\nname: shared\ntemplate:\n  name: etl\n"
+                           "  steps: [&s {name: a, type: noop}, {<<: *s, name: b}]\n"
+                           "trigger: {type: time, cron: '0 1 * * *'}\n")
+    assert run("apply", path)[:2] == (0, "schedule default/shared: created\n")
+    assert stored(store) == {"default/shared": (False, 1)}
+
+
 def test_schedules_commands(run: Run, store: Store, tmp_path: Path) -> None:
     documents = [SCHEDULE.format(name="a", cron="0 1 * * *"),
                  "namespace: team\n" + SCHEDULE.format(name="b", cron="0 2 * * *")]
@@ -241,6 +281,13 @@ def test_consumers_commands(run: Run, store: Store, tmp_path: Path) -> None:
         "consumer default/raw/cleanse: 0 FAILED partition(s) back to NEW\n"
     code, _, err = run("consumers", "show", "raw", "nobody")
     assert code != 0 and "nobody" in err
+    code, out, err = run("consumers", "delete", "raw", "cleanse")  # the example's schedule
+    assert (code, out) == (1, "") and "schedule default/cleanse-raw" in err, err
+    assert "consumer cleanse of dataset default/raw is named by schedule default/" \
+           "cleanse-raw (trigger.consumer, template.inputs[0].consumer): change or " \
+           "delete that schedule first" in err, err
+    assert run("consumers", "list", "raw")[1].splitlines()[1].split()[0] == "cleanse"
+    assert run("schedules", "delete", "cleanse-raw")[0] == 0
     assert run("consumers", "delete", "raw", "cleanse")[1] == \
         "consumer default/raw/cleanse: deleted\n"
     assert run("consumers", "list", "raw")[1] == "(no consumers)\n"

@@ -61,8 +61,10 @@ def test_held_jobs_go_back_after_the_timeout_never_more_than_the_limit(nodes: No
     long_job = nodes.submit([{"name": "s", "type": "sleep", "seconds": 8.0}])
     short = [nodes.submit(SHORT) for _ in range(3)]
     nodes.start(**one_slot(JOBSERVER_SCHEDULER__PREFETCH_TIMEOUT="3"))
-    seen = wait_for(lambda: h if "n1" in (h := holders(nodes, short)) else None, 5, 0.01,
-                    "the node to hold jobs ahead")
+    wait_for(lambda: "n1" in holders(nodes, short), 5, 0.01, "the node to hold jobs ahead")
+    # A round's holds are one write, but ``holders`` reads job by job: read again once
+    # the write is seen, so that a read straddling the commit cannot show half a round.
+    seen = holders(nodes, short)
     assert seen == ["n1", "n1", None], seen  # the first two, in claim order; the limit is 2
     back = wait_for(lambda: holders(nodes, short) == [None, None, None], 6, 0.02,
                     "the held jobs to go back")

@@ -277,8 +277,9 @@ def test_the_command_exits_2_in_one_line_when_it_cannot_answer(
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_a_shell_step_of_a_real_node_checks_its_own_claim(tmp_path: Path) -> None:
-    """The operator's setup from the README: a token in the node's environment, passed
-    to steps through ``steps.shell.env_passthrough``; the node adds ``JOBSERVER_URL``."""
+    """The operator's setup from docs/jobs.md ("Guarding outside effects"): a token in
+    the node's environment, passed to steps through ``steps.shell.env_passthrough``;
+    the node adds ``JOBSERVER_URL``."""
     harness = Harness(tmp_path)
     try:
         port, effect = free_port(), tmp_path / "effect.txt"

@@ -4,6 +4,7 @@ the API and ``jobserver job ID``, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,11 +159,12 @@ def test_the_job_command_shows_the_trail_with_its_actors(url: str, store: Store,
 
     spec = tmp_path / "job.json"
     spec.write_text(json.dumps(job_spec(name="from-cli")))
-    job_id = json.loads(cli("submit", str(spec), as_token=secret))["id"]
+    job_id = json.loads(cli("submit", str(spec), "--json", as_token=secret))["id"]
     out = cli("job", str(job_id))
-    assert f"submitted by: ops-bot (token {token.id})" in out
+    assert re.search(rf"^submitted: .* by ops-bot \(token {token.id}\)$", out, re.M), out
     # READY, and no node has registered: the reason says so.
-    assert "not running: no node is the active scheduler (single mode) [no_scheduler]" in out
+    assert ("not running: no node is the active scheduler (single mode) [no_scheduler]"
+            in out)
     cli("pause", str(job_id))
     out = cli("job", str(job_id))
     assert "not running" not in out  # STOPPED: the field is for READY jobs

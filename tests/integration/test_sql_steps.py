@@ -323,3 +323,48 @@ def test_an_unknown_connection_is_refused_at_submit(client: FlaskClient,
     assert error["details"][0]["field"] == "steps[1].connection"
     assert "'elsewhere'" in error["message"]
     assert sqlite_store.jobs.list()[0] == []
+
+
+CAST = "SELECT :business_date::date"
+CAST_MESSAGE = ":business_date:: is not read as a parameter; write CAST(:business_date AS type)"
+
+
+def refusal(reply: Any) -> dict[str, Any]:
+    assert reply.status_code == 422, reply.get_data(True)
+    return reply.get_json()["error"]
+
+
+def test_a_parameter_cast_is_refused_at_submit_naming_the_statement(
+        client: FlaskClient, sqlite_store: Store) -> None:
+    """``:d::date`` is not a parameter (SQLAlchemy reads none there): refused when the
+    job is submitted, not when its step runs."""
+    _, secret = sqlite_store.tokens.create("loader", ["submit", "sql"])
+    body = job_spec(steps=[{"name": "a", "type": "noop"},
+                           {"name": "load", "type": "sql", "connection": "warehouse",
+                            "statements": ["SELECT 1", CAST]}])
+    error = refusal(client.post("/api/v1/jobs", json=body,
+                                headers={"Authorization": f"Bearer {secret}"}))
+    assert error["details"] == [{"field": "steps[1].statements[1]", "message": CAST_MESSAGE}]
+    assert error["message"] == f"steps[1].statements[1]: {CAST_MESSAGE}"
+    assert sqlite_store.jobs.list()[0] == []
+
+
+def test_a_parameter_cast_in_a_view_or_batch_template_is_refused_at_save(
+        client: FlaskClient, sqlite_store: Store) -> None:
+    from tests.integration.test_batches_api import seed
+
+    _, secret = sqlite_store.tokens.create("definer", ["read", "admin", "submit", "sql"])
+    auth = {"Authorization": f"Bearer {secret}"}
+    sql = {"name": "load", "type": "sql", "connection": "warehouse", "statements": [CAST]}
+    view = {"structure": {"fields": [{"name": "id", "type": "bigint"}]},
+            "transformation": {"job": {"steps": [sql]}}}
+    error = refusal(client.put("/api/v1/view-definitions/app.x/V", json=view, headers=auth))
+    assert [d["field"] for d in error["details"]] == [
+        "transformation.job.steps[0].statements[0]"], error
+    assert client.get("/api/v1/view-definitions/app.x/V", headers=auth).status_code == 404
+    config = seed()
+    config["jobs"].append(sql)
+    config["job_groups"][0]["jobs"] = ["load"]
+    error = refusal(client.put("/api/v1/batches/configs/seed", json=config, headers=auth))
+    assert [d["field"] for d in error["details"]] == ["job_groups[0].jobs[0].statements[0]"]
+    assert client.get("/api/v1/batches/configs/seed", headers=auth).status_code == 404

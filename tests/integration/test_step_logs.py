@@ -9,6 +9,8 @@ as a real process against the second application served over HTTP.
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 import threading
@@ -23,6 +25,7 @@ from werkzeug.serving import make_server
 
 from jobserver.api import create_app
 from jobserver.config import load_config
+from jobserver.connections import Connections
 from jobserver.runner import Runner
 from jobserver.spec import Policy, parse_job, validate_job
 from jobserver.states import Operation, State
@@ -37,6 +40,8 @@ from tests.helpers import FakeLease, job_spec, wait_for
 TOKEN = "step-logs-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CONFIG = load_config(environ={"JOBSERVER_API__TOKENS": TOKEN})
+#: The runner's connection for sql steps: a database of its own, empty.
+WAREHOUSE = load_config(environ={"JOBSERVER_CONNECTIONS__WAREHOUSE__URL": "sqlite://"})
 CLI = [sys.executable, "-m", "jobserver.cli"]
 #: Prints ``sys.argv[1]`` numbered lines, each with every byte value now and then:
 #: the log must come back byte for byte, not as text.
@@ -64,8 +69,9 @@ class Node:
         python.register("test.boom", lambda ctx: 1 / 0)
         self.policy = Policy(python.is_registered, None)
         self.store = store
-        self.runner = Runner(store, step_types(python), CONFIG.steps.shell, 4,
-                             log_limit=log_limit)
+        self.connections = Connections(WAREHOUSE.connections)
+        self.runner = Runner(store, step_types(python, self.connections), CONFIG.steps.shell,
+                             4, log_limit=log_limit)
         self.runner.start()
         self.other = Store(store.url)
         self.api: FlaskClient = create_app(CONFIG, store=self.other).test_client()
@@ -93,6 +99,7 @@ class Node:
         self.runner.wait_idle(10)
         self.runner.shutdown()
         self.other.dispose()
+        self.connections.dispose()
 
 
 @pytest.fixture
@@ -257,6 +264,65 @@ def test_logs_of_every_step_in_order_with_headers(node: Node, served: str) -> No
                                        "\n==> step c (not run, READY) <==\n")
     followed = cli(served, str(job_id), "-f")
     assert followed.returncode == 0 and followed.stdout == printed.stdout
+
+
+def test_a_failed_sql_steps_error_is_in_its_log(node: Node, served: str) -> None:
+    """What ended a sql step is the last line of its log, as ``jobserver logs`` prints
+    it: a statement the database refused, or a refusal before any statement ran."""
+    job_id = node.run([{"name": "load", "type": "sql", "connection": "warehouse",
+                        "statements": ["CREATE TABLE t (x INTEGER)",
+                                       "INSERT INTO missing_table VALUES (1)"]}])
+    [step] = node.store.jobs.get(job_id).steps or []
+    error = step.error or ""
+    assert step.state is State.ERROR and "missing_table" in error, step
+    printed = cli(served, str(job_id))
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.decode().splitlines()
+    assert lines[0] == "==> step load (attempt 1, ERROR) <==", lines
+    assert lines[1].startswith("[1] CREATE TABLE t (x INTEGER): done"), lines
+    assert lines[2:] == ["rolled back at statements[1]", f"error: {error}"], lines
+    assert error.startswith("statements[1]: OperationalError: no such table")
+    refused = node.run([{"name": "load", "type": "sql", "connection": "elsewhere",
+                         "statements": ["SELECT 1"]}])
+    [step] = node.store.jobs.get(refused).steps or []
+    error = step.error or ""
+    assert "no connection named 'elsewhere'" in error
+    alone = cli(served, str(refused), "load")
+    assert (alone.returncode, alone.stdout.decode()) == (0, f"error: {error}"), alone
+
+
+def on_a_terminal(url: str, *args: str) -> tuple[int, bytes]:
+    """``jobserver logs ARGS`` with its standard output on a pseudo-terminal (whose
+    line discipline writes each newline as CR LF): the exit code and what it showed."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([*CLI, "logs", *args, "--url", url, "--token", TOKEN],
+                                stdout=slave, stderr=subprocess.DEVNULL)
+    finally:
+        os.close(slave)
+    shown = bytearray()
+    try:
+        while chunk := os.read(master, 65536):
+            shown += chunk
+    except OSError:  # EIO: the terminal's other end is closed, all was read
+        pass
+    finally:
+        os.close(master)
+    return proc.wait(timeout=30), bytes(shown)
+
+
+def test_escape_sequences_are_shown_escaped_on_a_terminal_and_kept_with_raw(
+        node: Node, served: str) -> None:
+    """A step's output retitles the window and colours the text: on a terminal the
+    sequences are shown, not acted on; ``--raw`` and a pipe get the bytes."""
+    output = b"\x1b]0;pwned\x07\x1b[31mred\x1b[0m\ttab\n"
+    job_id = node.run([{"name": "s", "type": "shell",
+                        "argv": ["printf", "\\033]0;pwned\\007\\033[31mred\\033[0m\\ttab\\n"]}])
+    assert node.log(job_id, "s").get_data() == output
+    assert on_a_terminal(served, str(job_id), "s") == (
+        0, b"\\x1b]0;pwned\\x07\\x1b[31mred\\x1b[0m\ttab\r\n")
+    assert on_a_terminal(served, str(job_id), "s", "--raw") == (0, output[:-1] + b"\r\n")
+    assert cli(served, str(job_id), "s").stdout == output
 
 
 @pytest.mark.parametrize("args,message", [

@@ -23,13 +23,14 @@ import pytest
 from jobserver import wakeup
 from jobserver.api import create_app
 from jobserver.config import Config, load_config
-from jobserver.exceptions import LoopDied
+from jobserver.exceptions import LoopDied, StoreUnavailable
 from jobserver.node import Node
 from jobserver.serve import EXIT_LOOP_DIED
 from jobserver.spec import Policy, parse_job, validate_job
 from jobserver.states import State
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
+from jobserver.store.epochs import EpochRepository
 from locks import create_lock_backend
 from schedulers.base import presence_key
 from schedulers.single import GLOBAL_LOCK
@@ -118,6 +119,29 @@ def assert_gave_up(nodes: Nodes, node: Node, loop: str, alone: bool = True) -> N
             lease.release()
     finally:
         other.close()
+
+
+def test_a_store_outage_while_the_fence_is_drawn_is_ridden_out(
+        nodes: Nodes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduling lock taken while the store is away (its sessions ended): drawing
+    the fence fails. The node lets the lock go and takes it again; it does not give up
+    (a CI run's PostgreSQL-sessions chaos test saw a follower die here)."""
+    original = EpochRepository.bump
+    fired = threading.Event()
+
+    def outage(self: EpochRepository, key: str, holder: str | None = None) -> int:
+        if key == GLOBAL_LOCK and not fired.is_set():
+            fired.set()
+            raise StoreUnavailable("terminating connection due to administrator command")
+        return original(self, key, holder)
+
+    monkeypatch.setattr(EpochRepository, "bump", outage)  # before the node binds it
+    node = nodes.start()
+    wait_for(lambda: node.scheduler.active, 10, what="the node to become active")
+    assert fired.is_set() and node.failure is None
+    job_id = nodes.submit()
+    wait_for(lambda: nodes.probe.jobs.get(job_id).state is State.SUCCEED, 15,
+             what="a job to run once the store answered again")
 
 
 def test_a_heartbeat_that_dies_takes_the_node_down(nodes: Nodes,
@@ -243,9 +267,8 @@ def test_the_cluster_launcher_reports_a_node_that_gave_up(tmp_path: Path) -> Non
             JOBSERVER_API__BIND=f"127.0.0.1:{port}", JOBSERVER_DATA_DIR=str(data_dir),
             JOBSERVER_SCHEDULER__LISTENERS=json.dumps(["tests.loop_breaker:SchedulerBreaker"]),
             JSTEST_BREAK_FILE=str(trigger), PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-        launcher = harness.spawn("launcher", ["cluster", "--nodes", "1"], env)
-        wait_for(lambda: "Ctrl-C stops the cluster." in launcher.output(), 45, 0.1,
-                 "the launcher's banner")
+        launcher = harness.spawn("launcher", harness.cluster_args(1), env)
+        harness.wait_banner(launcher)
         trigger.write_text("node-1")
         assert launcher.wait_exit(60) == 0, launcher.tail()
         assert "node-1 exited with 4: a background loop died" in launcher.output()

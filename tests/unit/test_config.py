@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,45 @@ def test_bad_values_name_the_key_and_variable(environ: dict[str, str], named: st
         load_config(environ=environ)
     assert named in info.value.message
     assert next(iter(environ)) in info.value.message
+
+
+GOOD_TOKEN = "config-token-0123456789abcdef"
+
+
+@pytest.mark.parametrize("token,problem", [
+    (" " * 20, "token #2 is empty or only spaces"),
+    ("", "token #2 is empty or only spaces"),
+    ("\t\n" * 10, "token #2 is empty or only spaces"),
+    (" secret-0123456789abcdef", "token #2 starts or ends with a space"),
+    ("secret-0123456789abcdef\n", "token #2 starts or ends with a space"),
+    ("secret 0123456789abcdef", "token #2 holds a space"),
+    ("secret-0123456789abcdéf", "token #2 holds a space, a control character or"),
+    ("secret-0123456789\x1babcdef", "token #2 holds a space, a control character or"),
+    ("0123456789", "each token must be at least 16 characters"),
+])
+def test_a_token_no_request_could_match_is_refused(tmp_path: Path, token: str,
+                                                    problem: str) -> None:
+    """A header's value loses its outer spaces and carries only printable ASCII: such
+    a token would pass and never match. The message names its place, not its text."""
+    path = tmp_path / "jobserver.toml"
+    path.write_text("[api]\ntokens = " + json_list([GOOD_TOKEN, token]) + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert "api.tokens" in info.value.message and problem in info.value.message
+    if token.strip():
+        assert token.strip() not in info.value.message
+    with pytest.raises(ConfigError, match="api.tokens .from JOBSERVER_API__TOKENS."):
+        load_config(environ={"JOBSERVER_API__TOKENS": json_list([GOOD_TOKEN, token])})
+
+
+def json_list(items: list[str]) -> str:
+    """``items`` as a JSON list: a TOML array as well, with the same escapes."""
+    return json.dumps(items)
+
+
+def test_spaces_around_the_commas_of_the_variable_are_no_part_of_a_token() -> None:
+    config = load_config(environ={"JOBSERVER_API__TOKENS": f" {GOOD_TOKEN} , {GOOD_TOKEN}x "})
+    assert config.api.tokens == [GOOD_TOKEN, GOOD_TOKEN + "x"]
 
 
 def test_unknown_key_in_file(tmp_path: Path) -> None:

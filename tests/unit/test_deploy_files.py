@@ -234,7 +234,7 @@ def exported_metrics() -> set[str]:
 
         class consumers:  # noqa: N801
             @staticmethod
-            def all() -> list[Any]:
+            def all(lag_cap: int | None = None) -> list[Any]:
                 return []
 
         class views:  # noqa: N801

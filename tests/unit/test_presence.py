@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from jobserver.config import load_config
-from jobserver.presence import PresenceProbe, active_node, alive_nodes, probe_for
+from jobserver.presence import PresenceProbe, alive_nodes, probe_for, seat_holder
+from jobserver.store.epochs import Taken
 from jobserver.store.records import ServerRecord
 from locks.memory import MemoryLockBackend
 from schedulers.base import presence_key
@@ -37,14 +38,15 @@ class Counting(MemoryLockBackend):
 
 
 class Holders:
-    """The store's ``epochs`` as :func:`active_node` reads it."""
+    """The store's ``epochs`` as :func:`seat_holder` reads it."""
 
     def __init__(self, **holders: str) -> None:
         self.epochs = self
         self._holders = holders
 
-    def holder(self, key: str) -> str | None:
-        return self._holders.get(key)
+    def taken(self, key: str) -> Taken | None:
+        holder = self._holders.get(key)
+        return None if holder is None else Taken(holder, NOW)
 
 
 def test_a_node_is_alive_by_row_heartbeat_and_presence_lock() -> None:
@@ -105,13 +107,13 @@ def test_the_memory_backend_is_never_asked_from_another_process(tmp_path) -> Non
     assert probe.is_held(presence_key("a")) is None
 
 
-def test_active_names_the_newest_holder_while_alive_and_holding() -> None:
+def test_the_seat_holder_is_the_newest_holder_while_alive_and_holding() -> None:
     locks = MemoryLockBackend()
     probe = PresenceProbe.over(locks, ttl=0)
     store: Any = Holders(**{"scheduler/global": "b"})
-    assert active_node(store, None, {"a", "b"}, probe) is None  # distributed mode
-    assert active_node(store, "scheduler/global", {"a"}, probe) is None  # b is dead
-    assert active_node(store, "scheduler/global", {"a", "b"}, probe) is None  # released
+    assert seat_holder(store, None, {"a", "b"}, probe) is None  # no seat key
+    assert seat_holder(store, "scheduler/global", {"a"}, probe) is None  # b is dead
+    assert seat_holder(store, "scheduler/global", {"a", "b"}, probe) is None  # released
     locks.acquire("scheduler/global")
-    assert active_node(store, "scheduler/global", {"a", "b"}, probe) == "b"
-    assert active_node(store, "scheduler/global", {"a", "b"}, None) == "b"
+    assert seat_holder(store, "scheduler/global", {"a", "b"}, probe) == Taken("b", NOW)
+    assert seat_holder(store, "scheduler/global", {"a", "b"}, None) == Taken("b", NOW)

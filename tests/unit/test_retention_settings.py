@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobserver.cli_purge import parse_before, parse_states
+from jobserver.cli.purge import parse_before, parse_states
 from jobserver.config import load_config
 from jobserver.exceptions import ConfigError
 from jobserver.schedules.store import FEED

@@ -1,9 +1,9 @@
-"""The cluster page: mode, lock backend, the active node, every node, jobs by state
-and the last hour's throughput.
+"""The cluster page: mode, lock backend, the active node, the planner, every node, jobs
+by state and the last hour's throughput.
 
-Reads per request: the ``servers`` table and the active lock's holder (as
+Reads per request: the ``servers`` table and the planner seat's holder (as
 ``/api/v1/cluster``, :func:`~jobserver.api.cluster.cluster_view`, with the same rule
-for "alive" and "active"), each state's count up to a cap, and the last hour's
+for "alive", "active" and "planner"), each state's count up to a cap, and the last hour's
 finished jobs per minute (see :mod:`jobserver.store.browse`): the minutes that are
 over are kept by each API process (:class:`ThroughputCache`), so a request reads
 those of the last minute or two, and the whole hour only when the process has none.

@@ -1,4 +1,5 @@
-"""The jobs page: jobs newest first, filtered by state, name, node and creation time,
+"""The jobs page: jobs newest first, filtered by state, name (exact, or a part of it in
+any case), node and creation time,
 paginated by the API's cursor (an id: the next page holds the jobs below it), with
 counts by state; its list refreshes itself without reloading the page.
 
@@ -35,6 +36,7 @@ class JobsQuery(BaseModel):
 
     state: State | None = None
     name: str | None = Field(default=None, max_length=200, pattern=r"^[^\x00]*$")
+    name_contains: str | None = Field(default=None, max_length=200, pattern=r"^[^\x00]*$")
     node: str | None = Field(default=None, max_length=100, pattern=r"^[^\x00]*$")
     since: datetime | None = None
     until: datetime | None = None
@@ -50,12 +52,14 @@ class JobsQuery(BaseModel):
         return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
     def filter(self) -> JobFilter:
-        return JobFilter(self.state, self.name, self.node, self.since, self.until)
+        return JobFilter(self.state, self.name, self.node, self.since, self.until,
+                         self.name_contains)
 
     def args(self, **changes: Any) -> dict[str, Any]:
         """The query string of this view with ``changes`` (None drops a parameter)."""
         values: dict[str, Any] = {
             "state": self.state.value if self.state else None, "name": self.name,
+            "name_contains": self.name_contains,
             "node": self.node, "since": _iso(self.since), "until": _iso(self.until),
             "limit": None if self.limit == PAGE_SIZE else self.limit}
         values.update(changes)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
@@ -28,10 +28,12 @@ from flask import Flask, Response, current_app, redirect, render_template, reque
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
-from jobserver.api import (api, error_reply, http_error_response, jobserver_error_response,
-                           unexpected_error_response)
+from jobserver.api import (api, charge_route, error_reply, http_error_response,
+                           jobserver_error_response, unexpected_error_response)
+from jobserver.api.caller import requester_for
 from jobserver.api.serialize import time_text
 from jobserver.exceptions import AuthError, Forbidden, JobServerError
+from jobserver.requester import Requester
 from jobserver.store.records import Actor
 from jobserver.ui.blueprint import blueprint
 from jobserver.ui.session import CSRF_FIELD, csrf_ok, visitor
@@ -43,9 +45,7 @@ View = TypeVar("View", bound=Callable[..., ResponseReturnValue])
 #: Endpoints anyone may reach: the sign-in page (GET and its POST) and the static files.
 PUBLIC = frozenset({"ui.sign_in", "ui.sign_in_post", "ui.static"})
 #: The navigation, in this order; a page whose route does not exist (yet) is left out.
-NAV: tuple[tuple[str, str], ...] = (
-    ("Cluster", "ui.cluster"), ("Jobs", "ui.jobs"), ("Schedules", "ui.schedules"),
-    ("Datasets", "ui.datasets"), ("Views", "ui.views"), ("Batches", "ui.batches"))
+NAV: tuple[tuple[str, str], ...] = (("Cluster", "ui.cluster"), ("Jobs", "ui.jobs"))
 #: The colour family of each state, for job states and the planners' alike.
 STATE_TONES: dict[str, str] = {
     "READY": "waiting", "PENDING": "waiting", "NOT_STARTED": "waiting", "WAITING": "waiting",
@@ -99,6 +99,7 @@ def ui_action(scope: str) -> Callable[[View], View]:
                 raise Forbidden("the form's CSRF token is missing or wrong: reload the page "
                                 "and try again", {"field": CSRF_FIELD})
             _require(scope)
+            charge_route(who.principal)  # a fixed cost, as the API's routes'
             return view(*args, **kwargs)
         setattr(action, "ui_scope", scope)
         return cast(View, action)
@@ -140,6 +141,14 @@ def actor() -> Actor:
     return who.principal.actor
 
 
+def requester() -> Requester:
+    """The signed-in token as the planners act for it: its actor, scopes and submit
+    budget, as for the same request through the API."""
+    who = visitor()
+    assert who is not None, "requester() outside a ui_page/ui_action route"
+    return requester_for(who.principal)
+
+
 def can(scope: str) -> bool:
     """Whether the visitor's token has ``scope`` (what templates offer)."""
     who = visitor()
@@ -158,11 +167,12 @@ def page_url(endpoint: str, **values: Any) -> str | None:
     return url_for(endpoint, **values)
 
 
-def install(app: Flask) -> None:
-    """Give templates the dashboard's functions (also inside imported macros)."""
+def install(app: Flask, planner_nav: Sequence[tuple[str, str]] = ()) -> None:
+    """Give templates the dashboard's functions (also inside imported macros); the
+    navigation lists the engine's pages, then ``planner_nav``."""
     app.jinja_env.globals.update(
         can=can, csrf_token=csrf_token, csrf_field=CSRF_FIELD, page_url=page_url,
-        nav=NAV, visitor=visitor, state_tone=lambda state: STATE_TONES.get(
+        nav=(*NAV, *planner_nav), visitor=visitor, state_tone=lambda state: STATE_TONES.get(
             str(state).upper(), "other"), utc_text=time_text)
 
 

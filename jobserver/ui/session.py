@@ -27,7 +27,7 @@ from werkzeug.wrappers import Response
 
 from jobserver.api import api
 from jobserver.api.auth import ANONYMOUS, Principal, authenticate, config_token_principal
-from jobserver.config import Config
+from jobserver.config import Config, SecureCookies
 from jobserver.exceptions import Forbidden
 from jobserver.store.tokens import READ, grants, hash_secret
 from jobserver.store.ui_sessions import UiSession
@@ -104,13 +104,24 @@ def open_session(token: str) -> tuple[Principal, str]:
     return principal, session_id
 
 
+def secure_cookies() -> bool:
+    """Whether the dashboard's cookies carry ``Secure`` (``ui.secure_cookies``): by
+    default when this request came over https, which behind a TLS proxy gunicorn
+    knows only from ``X-Forwarded-Proto`` sent by an address in its
+    ``forwarded_allow_ips``."""
+    setting = api().config.ui.secure_cookies
+    if setting is SecureCookies.AUTO:
+        return request.is_secure
+    return setting is SecureCookies.ALWAYS
+
+
 def set_session_cookie(response: Response, session_id: str) -> None:
     response.set_cookie(COOKIE, session_id, max_age=int(api().config.ui.session_lifetime),
-                        path="/ui", secure=request.is_secure, httponly=True, samesite="Strict")
+                        path="/ui", secure=secure_cookies(), httponly=True, samesite="Strict")
 
 
 def clear_session_cookie(response: Response) -> None:
-    response.delete_cookie(COOKIE, path="/ui", secure=request.is_secure, httponly=True,
+    response.delete_cookie(COOKIE, path="/ui", secure=secure_cookies(), httponly=True,
                            samesite="Strict")
 
 
@@ -129,4 +140,4 @@ def sign_in_nonce() -> str:
 
 def set_sign_in_cookie(response: Response, nonce: str) -> None:
     response.set_cookie(SIGN_IN_COOKIE, nonce, max_age=3600, path="/ui/sign-in",
-                        secure=request.is_secure, httponly=True, samesite="Strict")
+                        secure=secure_cookies(), httponly=True, samesite="Strict")

@@ -153,8 +153,12 @@ def cluster(cluster_holder: ClusterHolder) -> UiCluster:
     return cluster_holder.get()
 
 
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """Stop the cluster once the next test is not a browser test."""
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Stop the cluster once the next test is not a browser test: after the test's own
+    teardown, so that a page still refreshing itself is closed before its server goes
+    (a refresh refused meanwhile would read as the page's error)."""
+    yield
     holder = item.config.stash.get(HOLDER, None)
     here = Path(__file__).parent
     if holder is not None and (nextitem is None or here not in Path(nextitem.path).parents):

@@ -1,4 +1,5 @@
-"""The README's screenshots of the dashboard: ``make screenshots``.
+"""The dashboard's screenshots (the README's tour and docs/interfaces.md show them):
+``make screenshots``.
 
     .venv/bin/python -m tests.browser.screenshots [DIRECTORY]     # docs/screenshots
 

@@ -13,7 +13,7 @@ from tests.browser.conftest import (PageWatch, UiCluster, expect, forced_post, s
 from tests.helpers import job_spec, wait_for
 from tests.integration.nodes import TOKEN
 
-#: The README's example job: a DAG of four steps, one of them printing.
+#: The example job of docs/jobs.md: a DAG of four steps, one of them printing.
 DAG = job_spec("nightly-etl", [
     {"name": "extract", "type": "shell", "argv": ["echo", "extracted 42 rows"]},
     {"name": "count", "type": "noop", "depends_on": ["extract"]},

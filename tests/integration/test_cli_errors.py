@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from jobserver.cli import _parser, main
-from jobserver.cli_parsing import commands
+from jobserver.cli.parsing import commands
 from jobserver.store import Store
 from tests.conftest import _empty
 from tests.helpers import free_port, job_spec, live_api
@@ -196,7 +196,7 @@ def test_global_options_before_the_command(url: str, empty: Store, clean_env: Pa
     document.write_text(json.dumps(job_spec(name="first")))
     code, out, err = run(capsys, monkeypatch, ["--token", TOKEN, "--url", url, "submit",
                                                str(document)])
-    assert (code, err) == (0, "") and json.loads(out)["name"] == "first"
+    assert (code, err) == (0, "") and out == f"job 1 submitted: {url}/ui/jobs/1\n"
     code, out, err = run(capsys, monkeypatch, ["--token", TOKEN, "--url", url,
                                                "--log-format", "json", "jobs"])
     assert (code, err) == (0, "") and out.splitlines()[1].split()[:3] == ["1", "first", "READY"]
@@ -255,7 +255,7 @@ def test_the_installed_command_takes_global_options_first(url: str, empty: Store
     result = process(["--token", TOKEN, "--url", url, "jobs"], tmp_path)
     assert (result.returncode, result.stderr) == (0, ""), result.stderr
     assert result.stdout.split() == ["ID", "NAME", "STATE", "PROGRESS", "ATTEMPT", "NODE",
-                                     "CREATED"]
+                                     "DURATION", "SUBMITTED"]
     result = process(["--token", WRONG_TOKEN, "jobs"], tmp_path, JOBSERVER_URL=url)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
 

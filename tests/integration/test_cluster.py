@@ -65,18 +65,10 @@ def test_cluster_launcher_demo_end_to_end(harness: Harness, tmp_path: Path) -> N
     data_dir = tmp_path / "data"
     env = harness.base_env(JOBSERVER_API__BIND=f"127.0.0.1:{port}",
                            JOBSERVER_DATA_DIR=str(data_dir))
-    launcher = harness.spawn("launcher", ["cluster", "--nodes", "3", "--demo"], env)
-
-    def banner() -> re.Match[str] | None:
-        if not launcher.running():
-            raise AssertionError(f"the launcher exited with {launcher.popen.returncode}:\n"
-                                 f"{launcher.tail()}")
-        text = launcher.output()
-        if "Ctrl-C stops the cluster." not in text:
-            return None
-        return re.search(r"token:\s+(\S+).*demo jobs submitted: ([\d, ]+)", text, re.S)
-
-    match = wait_for(banner, 45, 0.1, "the launcher's banner")
+    launcher = harness.spawn("launcher", harness.cluster_args(3, "--demo"), env)
+    text = harness.wait_banner(launcher)
+    match = re.search(r"token:\s+(\S+).*demo jobs submitted: ([\d, ]+)", text, re.S)
+    assert match, text
     token, demo_ids = match.group(1), [int(i) for i in match.group(2).split(",")]
     started_in = time.monotonic() - launcher.started
     print(f"\nlauncher banner after {started_in:.2f} s; demo jobs {demo_ids}")
@@ -148,18 +140,16 @@ MART = "app.eci.datamart/SearchExport/SHOP10/2015/05"
 
 
 def _materialize_the_example_lattice(api: Api, data_dir: Path) -> None:
-    """examples/views.yaml on the cluster: its noop sources delivered (their _SUCCESS
-    flags under <data_dir>/views), the May 2015 datamart partition materialized with
-    every partition it depends on, by jobs run on the cluster; a second request then
-    finds everything up to date."""
+    """examples/views.yaml on the cluster, as the demo put it in place: its noop
+    sources delivered (their _SUCCESS flags under <data_dir>/views), the May 2015
+    datamart partition materialized with every partition it depends on, by jobs run
+    on the cluster; a second request then finds everything up to date."""
     for document in load((EXAMPLES / "views.yaml").read_text()):
-        api.call("PUT", f"/api/v1/view-definitions/{document['name']}", document,
-                 expect=(201,))
+        api.get(f"/api/v1/view-definitions/{document['name']}")  # the demo applied it
     flags = [f"source/search/SHOP10/{day:%Y%m%d}" for day in
              (date(2015, 4, 25) + timedelta(days=n) for n in range(37))]
     for location in flags + ["source/shops/prod", "source/shops/staging"]:
-        (data_dir / "views" / location).mkdir(parents=True)
-        (data_dir / "views" / location / "_SUCCESS").touch()
+        assert (data_dir / "views" / location / "_SUCCESS").is_file(), location
 
     first = api.call("POST", "/api/v1/views/materialize", {"pattern": MART})
     # 39 sources set from their flags; 37 daily, 31 weekly and 1 monthly transformed.
@@ -239,9 +229,9 @@ def _run_the_example_batches(api: Api, data_dir: Path, base: str, token: str,
     for day in days[3:]:
         batch = by_date[day][0]
         assert units[(batch, "batch")][3] == "SUCCESS", audit
-        for stage in ("STG", "FND", "SNAPSHOT"):
-            assert units[(f"{batch}-{stage}", "stage")][3] == "SUCCESS", audit
-        records_out = {name: int(units[(f"{batch}-{stage}-{name}", "job")][7])
+        for stage in ("STG", "FND", "SNAPSHOT"):  # each launched once: launch 1
+            assert units[(f"{batch}-{stage}-1", "stage")][3] == "SUCCESS", audit
+        records_out = {name: int(units[(f"{batch}-{stage}-1-{name}", "job")][8])
                        for stage, name in (("STG", "copy_orders"), ("FND", "dedup"),
                                            ("FND", "merge"), ("SNAPSHOT", "snapshot"))}
         assert records_out == {"copy_orders": delivered[day],
@@ -252,16 +242,10 @@ def _run_the_example_batches(api: Api, data_dir: Path, base: str, token: str,
 
 
 def _wait_banner(launcher: Proc) -> re.Match[str]:
-    def banner() -> re.Match[str] | None:
-        if not launcher.running():
-            raise AssertionError(f"the launcher exited with {launcher.popen.returncode}:\n"
-                                 f"{launcher.tail()}")
-        text = launcher.output()
-        if "Ctrl-C stops the cluster." not in text:
-            return None
-        return re.search(r"token:\s+(\S+)", text)
-
-    return wait_for(banner, 45, 0.1, "the launcher's banner")
+    text = Harness.wait_banner(launcher)
+    match = re.search(r"token:\s+(\S+)", text)
+    assert match, text
+    return match
 
 
 @pytest.mark.slow
@@ -273,7 +257,7 @@ def test_cluster_launcher_ctrl_c_drains_the_nodes(harness: Harness, tmp_path: Pa
     env = harness.base_env(JOBSERVER_API__BIND=f"127.0.0.1:{port}",
                            JOBSERVER_DATA_DIR=str(data_dir),
                            JOBSERVER_SCHEDULER__POLL_INTERVAL="0.2")
-    launcher = harness.spawn("launcher", ["cluster", "--nodes", "2"], env)
+    launcher = harness.spawn("launcher", harness.cluster_args(2), env)
     api = Api(f"http://127.0.0.1:{port}", _wait_banner(launcher).group(1))
     job_id = api.submit({"name": "busy", "steps": [
         {"name": "s", "type": "shell", "argv": ["sh", "-c", "sleep 2; echo finished"]}]})
@@ -432,7 +416,7 @@ def test_failover_after_kill_9(harness: Harness, tmp_path: Path,
     # A step's own process dies with its node (parent-death signals: the step with
     # what started it, that with the node), so it does not run on beside the rescued
     # attempt. Processes the step itself started are out of reach once the node is
-    # gone (known limit, see README).
+    # gone (known limit, see docs/operations.md, "Reliability").
     assert [info for info in step_tree if info.ppid in starters], victim_tree
     assert not overlap, f"the killed node's step processes outlived it: {overlap}"
     print(f"grandchildren of the killed node's step still running: {orphans or 'none'}")

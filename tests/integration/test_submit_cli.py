@@ -1,11 +1,13 @@
 """``jobserver submit`` as a user runs it, ``main([...])`` against a live API server
-(werkzeug, in a thread) over a real store: one job as before, a JSON array or JSON
-lines through the batch route, errors as one line naming the job."""
+(werkzeug, in a thread) over a real store: one job, a JSON array or JSON lines
+through the batch route, each job a "job N submitted: <page>" line (``--json``: the
+API's answer), errors as one line naming the job."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -16,9 +18,9 @@ from typing import Any
 import pytest
 from werkzeug.serving import make_server
 
-from jobserver import cli_submit
 from jobserver.api import create_app
 from jobserver.cli import main
+from jobserver.cli import submit as cli_submit
 from jobserver.config import load_config
 from jobserver.store import Store
 from tests.helpers import job_spec
@@ -69,62 +71,81 @@ def write(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
-def names(store: Store, out: str) -> list[str]:
-    return [store.jobs.get(int(line)).name for line in out.splitlines()]
+def ids(out: str, url: str) -> list[int]:
+    """The ids of the "job N submitted: <url>/ui/jobs/N" lines a user reads."""
+    found = [re.fullmatch(rf"job (\d+) submitted: {re.escape(url)}/ui/jobs/\1", line)
+             for line in out.splitlines()]
+    assert all(found), out
+    return [int(match.group(1)) for match in found if match]
+
+
+def names(store: Store, out: str, url: str) -> list[str]:
+    return [store.jobs.get(job_id).name for job_id in ids(out, url)]
 
 
 def lines_of(*jobs: dict[str, Any]) -> str:
     return "\n".join(json.dumps(job) for job in jobs) + "\n"
 
 
-def test_an_array_is_submitted_and_each_id_printed_in_order(run: Run, store: Store,
-                                                            tmp_path: Path) -> None:
+def test_an_array_is_submitted_and_each_job_printed_in_order(run: Run, store: Store, url: str,
+                                                             tmp_path: Path) -> None:
     jobs = [job_spec(name=f"a{index}") for index in range(3)]
     code, out, err = run(write(tmp_path, json.dumps(jobs, indent=2)))
     assert (code, err) == (0, "")
-    ids = [int(line) for line in out.splitlines()]
-    assert ids == sorted(ids) and names(store, out) == ["a0", "a1", "a2"]
+    assert ids(out, url) == sorted(ids(out, url))
+    assert names(store, out, url) == ["a0", "a1", "a2"]
+    code, out, err = run(write(tmp_path, json.dumps(jobs)), "--json")
+    assert (code, err) == (0, "")
+    assert [sorted(json.loads(line)) for line in out.splitlines()] == [["created", "id"]] * 3
 
 
-def test_json_lines_from_stdin(run: Run, store: Store,
+def test_json_lines_from_stdin(run: Run, store: Store, url: str,
                                monkeypatch: pytest.MonkeyPatch) -> None:
     text = lines_of(job_spec(name="l1"), job_spec(name="l2")) + "\n" + lines_of(
         dict(job_spec(name="l3"), idempotency_key="line-3"))
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
     code, out, err = run("-")
     assert (code, err) == (0, "")
-    assert names(store, out) == ["l1", "l2", "l3"]
+    assert names(store, out, url) == ["l1", "l2", "l3"]
     # The keyed job replays; the others are new jobs again.
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
     code, again, _ = run("-")
-    assert code == 0 and again.splitlines()[2] == out.splitlines()[2]
-    assert again.splitlines()[:2] != out.splitlines()[:2]
+    first, second = out.splitlines(), again.splitlines()
+    assert code == 0 and second[:2] != first[:2]
+    assert second[2] == first[2].replace(" submitted: ", " was submitted before (same "
+                                                         "idempotency_key): ")
 
 
-def test_one_object_is_submitted_as_before(run: Run, tmp_path: Path) -> None:
+def test_one_object_is_one_line_and_json_with_json(run: Run, url: str,
+                                                   tmp_path: Path) -> None:
     code, out, err = run(write(tmp_path, json.dumps(job_spec(name="single"))),
                          "--idempotency-key", "one")
     assert (code, err) == (0, "")
+    [job_id] = ids(out, url)
+    code, out, err = run(write(tmp_path, json.dumps(job_spec(name="single"))),
+                         "--idempotency-key", "one", "--json")
+    assert (code, err) == (0, "")
     job = json.loads(out)
-    assert job["name"] == "single" and job["state"] == "READY"
+    assert (job["id"], job["name"], job["state"]) == (job_id, "single", "READY")
 
 
-def test_many_jobs_go_in_batches(run: Run, store: Store, tmp_path: Path,
+def test_many_jobs_go_in_batches(run: Run, store: Store, url: str, tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli_submit, "BATCH", 2)
     code, out, err = run(write(tmp_path, lines_of(*[job_spec(name=f"b{i}") for i in range(5)])))
     assert (code, err) == (0, "")
-    assert names(store, out) == [f"b{i}" for i in range(5)]
+    assert names(store, out, url) == [f"b{i}" for i in range(5)]
 
 
 def test_a_refused_batch_names_the_job_by_its_place_in_the_file(
-        run: Run, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        run: Run, store: Store, url: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli_submit, "BATCH", 2)
     jobs = [job_spec(name=f"c{i}") for i in range(5)]
     jobs[3]["steps"] = []
     code, out, err = run(write(tmp_path, "\n" + lines_of(*jobs)))  # line 1 is blank
     assert code == 1
-    assert names(store, out) == ["c0", "c1"]  # the first batch; the second was refused
+    assert names(store, out, url) == ["c0", "c1"]  # the first batch; the second was refused
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("jobserver: jobs[3].steps: ")
     assert "(line 5)" in err and "jobs[0] to jobs[1] were submitted" in err
@@ -163,4 +184,4 @@ def test_the_rate_limit_is_waited_for(store: Store, tmp_path: Path,
         jobs = [job_spec(name=f"r{i}") for i in range(5)]
         code, out, err = runner(url, capsys)(write(tmp_path, json.dumps(jobs)))
         assert (code, err) == (0, "")
-        assert names(store, out) == [f"r{i}" for i in range(5)]
+        assert names(store, out, url) == [f"r{i}" for i in range(5)]

@@ -91,6 +91,27 @@ def test_sign_in_keeps_a_reference_never_the_token(client: FlaskClient, store: S
     assert page.status_code == 200 and "config token #1" in page.get_data(True)
 
 
+@pytest.mark.parametrize("setting,scheme,secure", [
+    ("auto", "http", False), ("auto", "https", True), ("always", "http", True),
+    ("never", "https", False)])
+def test_secure_cookies_follow_the_setting(make_app: Callable[..., Flask], setting: str,
+                                           scheme: str, secure: bool) -> None:
+    """``ui.secure_cookies``: ``auto`` follows the request's scheme (gunicorn's, which
+    a trusted proxy's X-Forwarded-Proto sets); ``always`` for a TLS proxy gunicorn does
+    not trust; ``never`` for plain http everywhere."""
+    client = make_app(JOBSERVER_UI__SECURE_COOKIES=setting).test_client()
+    base = f"{scheme}://localhost/ui"
+    page = client.get(f"{base}/sign-in", headers=HTML)
+    assert bool(set_cookie_header(page, "jobserver_sign_in")["jobserver_sign_in"]["secure"]) \
+        is secure
+    response = client.post(f"{base}/sign-in", headers=HTML, data={
+        "csrf_token": form_value(page.get_data(True), "csrf_token"), "token": CONFIG_TOKEN})
+    assert bool(set_cookie_header(response, COOKIE)[COOKIE]["secure"]) is secure
+    csrf = form_value(client.get(f"{base}/cluster", headers=HTML).get_data(True), "csrf_token")
+    out = client.post(f"{base}/sign-out", data={"csrf_token": csrf}, headers=HTML)
+    assert bool(set_cookie_header(out, COOKIE)[COOKIE]["secure"]) is secure
+
+
 def test_bad_tokens_and_forged_sign_ins_open_nothing(client: FlaskClient, store: Store) -> None:
     response = sign_in(client, "jst_" + "A" * 43)
     assert response.status_code == 401 and "invalid token" in response.get_data(True)

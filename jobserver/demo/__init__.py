@@ -1,4 +1,9 @@
-"""Python steps used by the demo jobs of ``make run`` (registered as entry points)."""
+"""The demo of ``make run`` (``jobserver cluster --nodes 3 --demo``).
+
+Here: the Python steps of its jobs, registered as entry points (``demo.count_words =
+jobserver.demo:count_words``); its batches in :mod:`jobserver.demo.batches`, and the
+worked example's databases they load in :mod:`jobserver.demo.warehouse`.
+"""
 
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ and returns the node environment naming them as ``connections.source`` and
 ``connections.warehouse``. Once the API answers, :func:`start` applies
 ``examples/batches/batches.yaml`` and starts one run of ORDER/IN, every stage: STG
 for the first ``catch_up_limit`` business dates of the backlog, then FND+SNAPSHOT
-per date, so the control table and the audit have rows to show. Each later start
-catches up the next dates, until the run says there is nothing new.
+per date, so the control table and the audit have rows to show. That happens on the
+first start only (:mod:`jobserver.demo.place`): a later start submits nothing, and
+``jobserver batch run`` (the banner says how) catches up the next dates.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from jobserver import demo_warehouse
 from jobserver.apply import apply_documents, load
 from jobserver.client import ApiError, Client
+from jobserver.demo import warehouse as demo_warehouse
 from jobserver.exceptions import JobServerError
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "batches"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "batches"
 SYSTEM, LOCATION = "ORDER", "IN"
 
 

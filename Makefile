@@ -35,7 +35,7 @@ bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-## The dashboard's screenshots in docs/screenshots/ (the README shows them): make run's
+## The dashboard's screenshots in docs/screenshots/ (the README and docs/ show them): make run's
 ## demo cluster on free ports, headless Chromium (Debian's /usr/bin/chromium).
 screenshots: $(STAMP)
 	$(BIN)/python -m tests.browser.screenshots docs/screenshots

@@ -11,7 +11,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -19,6 +19,7 @@ from jobserver.store import Store
 from jobserver.batches.tables import batch_configs, batch_runs, batch_stages, batches
 from jobserver.datasets.tables import datasets, partitions
 from jobserver.schedules.tables import evaluations, schedule_jobs, schedules, watches
+from jobserver.store.changes import changes
 from jobserver.store.tables import (api_tokens, epochs, events, feed_cursors, jobs, servers,
                                    steps, ui_sessions)
 from jobserver.views.tables import view_events, view_partitions, views
@@ -40,31 +41,39 @@ def missing_service(reason: str) -> None:
     pytest.skip(f"SKIPPED LOUDLY: {reason}")
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test run, dropped afterwards."""
+def create_pg_database(prefix: str) -> tuple[str, Callable[[], None]]:
+    """A new, empty PostgreSQL database: its URL and how to drop it. Skips loudly, or
+    fails in CI, when no server answers."""
     try:
-        import psycopg2
+        import psycopg2  # noqa: F401 - the drivers a test may name must be there
     except ImportError:
         missing_service("psycopg2 is not installed")
     from sqlalchemy import create_engine, text
 
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"jobserver_test_{uuid.uuid4().hex[:10]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     try:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # noqa: BLE001 - any failure means "no usable server"
         admin.dispose()
         missing_service(f"PostgreSQL is not reachable at {PG_ADMIN_URL}: {exc.__class__.__name__}")
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    try:
-        yield url
-    finally:
+
+    def drop() -> None:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
-        del psycopg2
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}", drop
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test run, dropped afterwards."""
+    url, drop = create_pg_database("jobserver_test")
+    try:
+        yield url
+    finally:
+        drop()
 
 
 @pytest.fixture(scope="session")
@@ -91,12 +100,12 @@ def _empty(store: Store) -> None:
                                  "api_tokens, ui_sessions, feed_cursors, schedules, schedule_jobs, "
                                  "schedule_evaluations, schedule_watches, datasets, partitions, "
                                  "views, view_partitions, view_events, "
-                                 "batch_configs, batches, batch_stages, batch_runs "
+                                 "batch_configs, batches, batch_stages, batch_runs, changes "
                                  "RESTART IDENTITY CASCADE")
         else:
             for table in (batch_runs, batch_stages, batches, batch_configs):
                 conn.execute(table.delete())
-            for table in (events, steps, jobs, servers, epochs, ui_sessions, api_tokens,
+            for table in (changes, events, steps, jobs, servers, epochs, ui_sessions, api_tokens,
                           feed_cursors, watches, evaluations, schedule_jobs, schedules, partitions,
                           datasets, view_events, view_partitions, views):
                 conn.execute(table.delete())

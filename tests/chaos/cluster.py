@@ -15,8 +15,9 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,21 @@ def matrix(pairs: Iterable[tuple[str, str]],
     return [pytest.param(mode, lock, id=f"{mode}-{lock}",
                          marks=() if (mode, lock) in chosen else pytest.mark.soak)
             for mode, lock in pairs]
+
+
+#: A planner's chaos configurations: every mode on PostgreSQL locks, and leader mode on
+#: ZooKeeper (the planners need the PostgreSQL store).
+PLANNER_PAIRS = [(mode, "postgres") for mode in MODES] + [("leader", "zookeeper")]
+#: What CI runs of them: the planner seat is one lock in every mode, so one run per
+#: lock backend; the soak runs all of :data:`PLANNER_PAIRS`.
+PLANNER_CI = [("distributed", "postgres"), ("leader", "zookeeper")]
+
+
+def planner_matrix(soak: bool = False) -> list[Any]:
+    """``(mode, lock)`` parameters of a planner's chaos test: :data:`PLANNER_CI` for
+    its CI test, every pair of :data:`PLANNER_PAIRS` for its ``soak`` test."""
+    return matrix(PLANNER_PAIRS if soak else PLANNER_CI, PLANNER_CI)
+
 
 POLL_INTERVAL = 0.2
 HEARTBEAT_INTERVAL = 0.5
@@ -136,18 +152,43 @@ class ChaosCluster:
 
     def start(self) -> dict[str, Any]:
         for node_id in self.ids:
-            self._start_node(node_id)
+            self.start_node(node_id)
         return self.wait_ready()
 
     def restart(self, node_id: str) -> dict[str, Any]:
         """Start ``node_id`` again (after a kill); returns once the cluster is ready."""
-        self._start_node(node_id)
+        self.start_node(node_id)
         return self.wait_ready()
 
-    def _start_node(self, node_id: str) -> None:
+    def start_node(self, node_id: str) -> Proc:
+        """A ``jobserver serve`` of ``node_id``, now the cluster's process of it (no
+        wait: see :meth:`wait_ready`, :meth:`wait_registered`)."""
         extra = {"database_url": self.backend.database_url} if self.backend.database_url else {}
-        self.nodes[node_id] = self.harness.start_node(
-            node_id, self.port, self.data_dir, **extra, **self.node_env(node_id))
+        proc = self.harness.start_node(node_id, self.port, self.data_dir, **extra,
+                                       **self.node_env(node_id))
+        self.nodes[node_id] = proc
+        return proc
+
+    def wait_registered(self, node_id: str, timeout: float = 30.0) -> None:
+        """Until ``node_id``'s current process is registered alive in the store under
+        its pid (a restarted or woken node); fails at once if the process exited."""
+        proc = self.nodes[node_id]
+
+        def alive() -> bool:
+            assert proc.running(), f"{node_id} exited {proc.popen.returncode}:\n{proc.tail()}"
+            return any(server.id == node_id and server.pid == proc.pid
+                       and server.state == "alive" for server in self.store.servers.list())
+
+        wait_for(alive, timeout, 0.1, f"{node_id} (pid {proc.pid}) to be alive")
+
+    def stop_all(self) -> None:
+        """SIGTERM every running node and wait for all to exit: the store is final
+        afterwards (what a planner's audit reads)."""
+        procs = [proc for proc in self.nodes.values() if proc.running()]
+        for proc in procs:
+            os.kill(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            proc.wait_exit(30)
 
     def wait_ready(self, timeout: float = 60.0) -> dict[str, Any]:
         """Until every node is registered alive under its own pid and scheduling is on:
@@ -459,6 +500,23 @@ class ChaosCluster:
         if self.mode != "distributed":
             assert cluster["active"] == active, cluster
             assert ACTIVE_LOG[self.mode] in self.log(active), f"{active} never logged taking over"
+
+
+@contextmanager
+def started(harness: Harness, tmp_path: Path, mode: str, backend: Backend,
+            title: str) -> Iterator[tuple[ChaosCluster, Figures]]:
+    """A three-node :class:`ChaosCluster`, started and ready, with its figures (titled
+    ``title`` and the cluster's label; ``start`` is how long starting took); closed on
+    the way out, whether the test passed or not."""
+    cluster = ChaosCluster(harness, tmp_path, mode, backend)
+    figures = Figures(f"{title} {cluster.label}")
+    try:
+        began = time.monotonic()
+        cluster.start()
+        figures["start"] = time.monotonic() - began
+        yield cluster, figures
+    finally:
+        cluster.close()
 
 
 def wait_for_quietly(condition: Callable[[], bool], timeout: float) -> bool:

@@ -9,8 +9,6 @@ writer ``n % 4`` (its metadata ``{"writer": n % 4}``) and has ``w`` = ``"abcd"[n
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import threading
 import time
@@ -225,14 +223,6 @@ class ConsumerLoad:
         # a submitter may have sent one more job as the last lag went: it finds nothing
         wait_for(lambda: all(self.in_flight(p.name) == 0 for p in self.plans), 30, 0.2,
                  "the last consuming jobs to end")
-
-    def stop_nodes(self) -> None:
-        """SIGTERM every node and wait for all to exit: the store is final afterwards."""
-        procs = [proc for proc in self.cluster.nodes.values() if proc.running()]
-        for proc in procs:
-            os.kill(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            proc.wait_exit(30)
 
     def close(self) -> None:
         self._stop.set()

@@ -9,7 +9,6 @@ the node that drew the newest fence of the lock that seats it (see
 from __future__ import annotations
 
 import os
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -129,7 +128,8 @@ class ScheduleCluster:
         killed_at = self.cluster.kill9(outage.victim)
         self._wait_takeover(outage, killed_at, self.cluster.backend.failover_bound())
         time.sleep(max(0.0, killed_at + down - time.monotonic()))  # the time it stays down
-        self._restart(outage.victim)
+        self.cluster.start_node(outage.victim)
+        self.cluster.wait_registered(outage.victim, ALIVE_DEADLINE)
         return outage
 
     def sigstop_evaluator(self, pause: float) -> Outage:
@@ -145,7 +145,7 @@ class ScheduleCluster:
             time.sleep(max(0.0, stopped_at + pause - time.monotonic()))  # the measured pause
         finally:
             self.cluster.sigcont(outage.victim)
-        self._wait_alive(outage.victim, proc)
+        self.cluster.wait_registered(outage.victim, ALIVE_DEADLINE)
         return outage
 
     def _wait_takeover(self, outage: Outage, fault_at: float, bound: float) -> None:
@@ -174,23 +174,6 @@ class ScheduleCluster:
         with self.cluster.store.tx.read() as conn:
             rows = conn.execute(text(SESSIONS)).all()
         return "\n".join("  " + " | ".join(str(value) for value in row) for row in rows)
-
-    def _restart(self, node_id: str) -> None:
-        cluster = self.cluster
-        extra = {"database_url": cluster.backend.database_url}
-        proc = cluster.harness.start_node(node_id, cluster.port, cluster.data_dir, **extra,
-                                          **cluster.node_env(node_id))
-        cluster.nodes[node_id] = proc
-        self._wait_alive(node_id, proc)
-
-    def _wait_alive(self, node_id: str, proc: Proc) -> None:
-        def alive() -> bool:
-            assert proc.running(), f"{node_id} exited {proc.popen.returncode}:\n{proc.tail()}"
-            return any(server.id == node_id and server.pid == proc.pid
-                       and server.state == "alive"
-                       for server in self.cluster.store.servers.list())
-
-        wait_for(alive, ALIVE_DEADLINE, 0.1, f"{node_id} (pid {proc.pid}) to be alive")
 
     # -- the end ------------------------------------------------------------------------
     def settle(self, cutoff: datetime) -> None:
@@ -222,11 +205,3 @@ class ScheduleCluster:
                 ticks += int(stat[11]) + int(stat[12])  # utime, stime
             used[node_id] = ticks / tick
         return used
-
-    def stop(self) -> None:
-        """SIGTERM every node and wait for all to exit: the store is final afterwards."""
-        procs = [proc for proc in self.cluster.nodes.values() if proc.running()]
-        for proc in procs:
-            os.kill(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            proc.wait_exit(30)

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos import consumer_audit
-from tests.chaos.cluster import MODES, ChaosCluster, Figures
+from tests.chaos.cluster import ChaosCluster, Figures, planner_matrix, started
 from tests.chaos.conftest import make_backend
 from tests.chaos.consumer_cluster import ConsumerLoad, plans
 from tests.helpers import wait_for
@@ -50,12 +50,6 @@ FAIL_RATE = 0.15
 STEP_SECONDS = 0.2
 CI_PARTITIONS = 3000
 SOAK_PARTITIONS = 20_000
-
-MATRIX = [pytest.param(mode, "postgres", id=f"{mode}-postgres") for mode in MODES] + \
-    [pytest.param("leader", "zookeeper", id="leader-zookeeper")]
-#: What CI runs: the consumers do not depend on the mode, so one per lock backend.
-CI_MATRIX = [param for param in MATRIX if param.id in ("distributed-postgres",
-                                                      "leader-zookeeper")]
 
 
 @dataclass(frozen=True)
@@ -95,44 +89,46 @@ def inject(load: ConsumerLoad, plan: Plan, began: float) -> None:
 
 def run(harness: Harness, tmp_path: Path, request: pytest.FixtureRequest, mode: str,
         lock: str, plan: Plan) -> None:
-    cluster = ChaosCluster(harness, tmp_path, mode, make_backend(request, lock))
-    consumers = plans()
-    load = ConsumerLoad(cluster, consumers, FAIL_RATE, STEP_SECONDS)
-    figures = Figures(f"consumers {cluster.label}")
-    try:
-        began = time.monotonic()
-        cluster.start()
-        load.declare()
-        figures["start"] = time.monotonic() - began
-        began = time.monotonic()
-        load.start_writers(plan.partitions, plan.batch, plan.write_seconds)
-        load.start_submitters()
-        inject(load, plan, began)
-        load.drain(plan.drain_seconds)
-        figures["run"] = time.monotonic() - began
-        load.stop_nodes()
-        history = consumer_audit.read(cluster.store)
-        result = consumer_audit.audit(history, consumer_audit.parse(cluster.ledger),
-                                      consumers)
-        figures["partitions"] = len(history.partitions)
-        figures["jobs"] = sum(len(ids) for ids in load.submitted.values())
-        print(f"\n{figures}\n  {result.summary()}\n  kills: "
-              f"{'; '.join(str(kill) for kill in load.kills)}")
+    with started(harness, tmp_path, mode, make_backend(request, lock),
+                 "consumers") as (cluster, figures):
+        consumers = plans()
+        load = ConsumerLoad(cluster, consumers, FAIL_RATE, STEP_SECONDS)
+        try:
+            began = time.monotonic()
+            load.declare()
+            figures["declare"] = time.monotonic() - began
+            began = time.monotonic()
+            load.start_writers(plan.partitions, plan.batch, plan.write_seconds)
+            load.start_submitters()
+            inject(load, plan, began)
+            load.drain(plan.drain_seconds)
+            figures["run"] = time.monotonic() - began
+            cluster.stop_all()
+        finally:
+            load.close()
+        judge(cluster, load, plan, figures)
 
-        assert not result.problems, f"{len(result.problems)} problem(s):\n" + \
-            "\n".join(result.problems[:30])
-        assert sorted(p.key["n"] for p in history.partitions.values()) == \
-            list(range(plan.partitions))
-        assert len(load.kills) == plan.kills and any(kill.rescued for kill in load.kills)
-        assert result.failed["ab"] > 0, "no poison partition ended FAILED"
-        assert result.failed_runs and result.retries > 0, result.summary()
-    finally:
-        load.close()
-        cluster.close()
+
+def judge(cluster: ChaosCluster, load: ConsumerLoad, plan: Plan, figures: Figures) -> None:
+    """Audit the stopped cluster's store and ledger; print the figures; assert."""
+    history = consumer_audit.read(cluster.store)
+    result = consumer_audit.audit(history, consumer_audit.parse(cluster.ledger), load.plans)
+    figures["partitions"] = len(history.partitions)
+    figures["jobs"] = sum(len(ids) for ids in load.submitted.values())
+    print(f"\n{figures}\n  {result.summary()}\n  kills: "
+          f"{'; '.join(str(kill) for kill in load.kills)}")
+
+    assert not result.problems, f"{len(result.problems)} problem(s):\n" + \
+        "\n".join(result.problems[:30])
+    assert sorted(p.key["n"] for p in history.partitions.values()) == \
+        list(range(plan.partitions))
+    assert len(load.kills) == plan.kills and any(kill.rescued for kill in load.kills)
+    assert result.failed["ab"] > 0, "no poison partition ended FAILED"
+    assert result.failed_runs and result.retries > 0, result.summary()
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(("mode", "lock"), CI_MATRIX)
+@pytest.mark.parametrize(("mode", "lock"), planner_matrix())
 def test_every_partition_processed_once_or_failed_through_kills(
         harness: Harness, tmp_path: Path, request: pytest.FixtureRequest, mode: str,
         lock: str) -> None:
@@ -144,7 +140,7 @@ def test_every_partition_processed_once_or_failed_through_kills(
 
 @pytest.mark.soak
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize(("mode", "lock"), MATRIX)
+@pytest.mark.parametrize(("mode", "lock"), planner_matrix(soak=True))
 def test_consumers_soak(harness: Harness, tmp_path: Path, request: pytest.FixtureRequest,
                         mode: str, lock: str) -> None:
     """The same with 20,000 partitions and five kills (see the module's docstring)."""

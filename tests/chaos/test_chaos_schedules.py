@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos import schedule_audit
-from tests.chaos.cluster import MODES, ChaosCluster, Figures
+from tests.chaos.cluster import ChaosCluster, Figures, planner_matrix, started
 from tests.chaos.conftest import make_backend
 from tests.chaos.schedule_cluster import ScheduleCluster, utcnow
 from tests.helpers import wait_for
@@ -60,14 +60,6 @@ KILL_DOWN = 3.0
 STOP_SESSIONS = 2.0
 #: Faults begin this far into the run and are spread over this share of it.
 FAULTS_FROM, FAULTS_SPAN = 0.15, 0.6
-
-MATRIX = [pytest.param(mode, "postgres", id=f"{mode}-postgres") for mode in MODES] + \
-    [pytest.param("leader", "zookeeper", id="leader-zookeeper")]
-#: What CI runs, to keep the suite within its time: the planner seat is one lock in
-#: every mode, so one run per lock backend (PostgreSQL, ZooKeeper); the soak runs the
-#: whole matrix.
-CI_MATRIX = [param for param in MATRIX if param.id in ("distributed-postgres",
-                                                        "leader-zookeeper")]
 
 
 @dataclass(frozen=True)
@@ -119,13 +111,9 @@ def inject(chaos: ScheduleCluster, plan: Plan, began: float) -> None:
 
 def run(harness: Harness, tmp_path: Path, request: pytest.FixtureRequest, mode: str,
         lock: str, plan: Plan) -> None:
-    cluster = ChaosCluster(harness, tmp_path, mode, make_backend(request, lock))
-    chaos = ScheduleCluster(cluster)
-    figures = Figures(f"schedules {cluster.label}")
-    try:
-        began = time.monotonic()
-        cluster.start()
-        figures["start"] = time.monotonic() - began
+    with started(harness, tmp_path, mode, make_backend(request, lock),
+                 "schedules") as (cluster, figures):
+        chaos = ScheduleCluster(cluster)
         began = time.monotonic()
         base = utcnow().replace(microsecond=0)
         chaos.create([schedule_body(index, plan, base) for index in range(SCHEDULES)])
@@ -142,24 +130,28 @@ def run(harness: Harness, tmp_path: Path, request: pytest.FixtureRequest, mode: 
         figures["cpu"] = " ".join(f"{node}:{seconds:.1f}s"
                                   for node, seconds in chaos.cpu_seconds().items())
         outages = "; ".join(str(outage) for outage in chaos.outages)
-        chaos.stop()
+        cluster.stop_all()
         figures["run"] = time.monotonic() - began
-        result = schedule_audit.audit(schedule_audit.read(cluster.store), cutoff,
-                                      [outage.window() for outage in chaos.outages])
-        print(f"\n{figures}\n  {result.summary()}\n  outages: {outages}")
+        judge(cluster, chaos, plan, cutoff, figures, outages)
 
-        assert not result.problems, f"{len(result.problems)} problem(s):\n" + \
-            "\n".join(result.problems[:30])
-        assert [outage.kind for outage in chaos.outages] == list(plan.faults)
-        assert result.in_outages > 0, f"no fire time fell due in an outage: {result.summary()}"
-        assert result.fires >= SCHEDULES * plan.seconds / max(plan.intervals) / 2, \
-            result.summary()
-    finally:
-        cluster.close()
+
+def judge(cluster: ChaosCluster, chaos: ScheduleCluster, plan: Plan, cutoff: datetime,
+          figures: Figures, outages: str) -> None:
+    """Audit the stopped cluster's store up to ``cutoff``; print the figures; assert."""
+    result = schedule_audit.audit(schedule_audit.read(cluster.store), cutoff,
+                                  [outage.window() for outage in chaos.outages])
+    print(f"\n{figures}\n  {result.summary()}\n  outages: {outages}")
+
+    assert not result.problems, f"{len(result.problems)} problem(s):\n" + \
+        "\n".join(result.problems[:30])
+    assert [outage.kind for outage in chaos.outages] == list(plan.faults)
+    assert result.in_outages > 0, f"no fire time fell due in an outage: {result.summary()}"
+    assert result.fires >= SCHEDULES * plan.seconds / max(plan.intervals) / 2, \
+        result.summary()
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(("mode", "lock"), CI_MATRIX)
+@pytest.mark.parametrize(("mode", "lock"), planner_matrix())
 def test_every_fire_time_launched_once_through_kill_and_stop(
         harness: Harness, tmp_path: Path, request: pytest.FixtureRequest, mode: str,
         lock: str) -> None:
@@ -170,7 +162,7 @@ def test_every_fire_time_launched_once_through_kill_and_stop(
 
 @pytest.mark.soak
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize(("mode", "lock"), MATRIX)
+@pytest.mark.parametrize(("mode", "lock"), planner_matrix(soak=True))
 def test_schedules_soak(harness: Harness, tmp_path: Path, request: pytest.FixtureRequest,
                         mode: str, lock: str) -> None:
     """The same for two minutes at intervals of 2 and 3 s with three faults of each

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import proc_stat as _stat
-from tests.helpers import wait_for
+from tests.helpers import free_port, wait_for
 
 MARK_VAR = "JSTEST_HARNESS"
 JOBSERVER = [sys.executable, "-m", "jobserver.cli"]
@@ -337,6 +337,29 @@ class Harness:
         proc = Proc(name, popen, log, time.monotonic())
         self.procs.append(proc)
         return proc
+
+    @staticmethod
+    def cluster_args(nodes: int, *extra: str) -> list[str]:
+        """``cluster --nodes N`` with a free port of its own for every node: the default
+        (the ports after ``api.bind``'s) may be another test's port under xdist."""
+        ports = ",".join(str(free_port()) for _ in range(nodes))
+        return ["cluster", "--nodes", str(nodes), "--node-ports", ports, *extra]
+
+    @staticmethod
+    def wait_banner(launcher: Proc, timeout: float = 90.0) -> str:
+        """The launcher's output once its banner is out (fails at once, with its
+        output, when it exits first). The bound is wide: a loaded two-core machine
+        starts N nodes, and their demo, slowly."""
+        def banner() -> str | None:
+            text = launcher.output()
+            if "Ctrl-C stops the cluster." in text:
+                return text
+            if not launcher.running():
+                raise AssertionError(f"the launcher exited with {launcher.popen.returncode}"
+                                     f" before its banner:\n{launcher.tail()}")
+            return None
+
+        return wait_for(banner, timeout, 0.1, "the launcher's banner")
 
     def start_node(self, server_id: str, port: int, data_dir: Path, **kwargs: Any) -> Proc:
         return self.spawn(server_id, ["serve"], self.node_env(server_id, port, data_dir,

@@ -127,15 +127,17 @@ def _batches(store: Any) -> None:
         conn.execute(text("UPDATE batches SET status = 'SUCCESS' WHERE id % 7 <> 0"))
 
 
-def _client(store: Any, data_dir: Path) -> Any:
+def signed_in_client(store: Any, data_dir: Path, token: str = TOKEN) -> Any:
+    """A test client of the app over ``store``, signed in to the dashboard with
+    ``token`` (a config token of that app)."""
     from jobserver.api import create_app
     from jobserver.config import load_config
     from tests.integration.test_ui_sessions import sign_in
 
     config = load_config(environ={"JOBSERVER_DATA_DIR": str(data_dir),
-                                  "JOBSERVER_API__TOKENS": TOKEN})
+                                  "JOBSERVER_API__TOKENS": token})
     client = create_app(config, store=store).test_client()
-    assert sign_in(client, TOKEN).status_code == 303
+    assert sign_in(client, token).status_code == 303
     return client
 
 
@@ -198,7 +200,7 @@ def main() -> None:
             conn.execute(text("ANALYZE"))
         print(f"loaded in {time.monotonic() - began:.0f} s: {opts.jobs:,} jobs, "
               f"{opts.schedules:,} schedules, {opts.partitions:,} partitions")
-        client = _client(store, Path(data_dir))
+        client = signed_in_client(store, Path(data_dir))
         print(f"{'page':48} {'median ms':>10} {'p95 ms':>8}  status")
         for label, path in _pages(store, opts.schedules):
             median, p95, status = measure(client, path)

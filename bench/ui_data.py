@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from jobserver import demo_batches
 from jobserver.apply import apply_documents, load
 from jobserver.client import Client
+from jobserver.demo import batches as demo_batches
 from tests.helpers import wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -43,7 +43,7 @@ from bench.cluster import Cluster
 from bench.common import Options, cpu_now, loadavg, log
 from bench.datasets_store import JsonClient
 from bench.stores import poll_engine, store_for
-from bench.views import DATA_AT, FIRST_DAY, WINDOW, lattice_bodies
+from bench.views import DATA_AT, FIRST_DAY, MAX_PARTITIONS, WINDOW, lattice_bodies
 
 T = TypeVar("T")
 LOCKS = {"postgres": "postgres", "sqlite": "file"}
@@ -164,7 +164,7 @@ def api_row(work: Path, url: str, backend: str, text: str, total: int) -> dict[s
     every reply was SKIP."""
     figures: dict[str, Any] = {}
     with Cluster(work, url, LOCKS[backend], "single") as cluster:
-        node = cluster.start("n1")
+        node = cluster.start("n1", views__max_partitions=MAX_PARTITIONS)
         cluster.wait_registered(api=True)
         wait_quiet(node.pid, url)
         client = JsonClient(cluster.port)

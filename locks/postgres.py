@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 RETRY_INTERVAL = 0.05
 PING_INTERVAL = 1.0
+#: How long this node's own session must outlive the answer that a lock is free
+#: before that answer counts (see ``is_held``); PostgreSQL ends a burst of sessions
+#: in milliseconds.
+FREE_SETTLE = 0.2
 
 
 def advisory_key(key: str) -> int:
@@ -192,21 +196,36 @@ class PostgresLockBackend(LockBackend):
                 pass  # the session is gone, and the lock with it
 
     def is_held(self, key: str) -> bool | None:
+        """Held, free, or None for unknown. A lock found free counts as free only if
+        this node's own session survives :data:`FREE_SETTLE` seconds after the answer:
+        a server restart or an operator terminating every session ends the sessions one
+        after another, so another node's lock can be free for a moment because its live
+        holder's session went just before this one. Its holder takes it back within
+        ``_rejoining``'s window, but a rescue decided in that moment would run its jobs
+        twice. The burst reaches this session within the pause, and the second round
+        trip then fails: unknown, never dead. A killed holder's lock stays free, so
+        this costs a crash's detection the pause and nothing more."""
         with self._mutex:
             if key in self._leases:
                 return True
-        unsigned = advisory_key(key) & 0xFFFFFFFFFFFFFFFF
         try:
-            held = bool(self._query(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
-                "AND granted AND database = (SELECT oid FROM pg_database "
-                "WHERE datname = current_database()) AND classid = %s AND objid = %s "
-                "AND objsubid = 1)", (unsigned >> 32, unsigned & 0xFFFFFFFF)))
+            if self._held_on_server(key):
+                return True
+            time.sleep(FREE_SETTLE)
+            held = self._held_on_server(key)
         except LockError:
             return None  # unknown: callers must not treat it as dead
         if not held and self._rejoining():
             return None  # unknown: its holder may not have rejoined yet (see _rejoining)
         return held
+
+    def _held_on_server(self, key: str) -> bool:
+        unsigned = advisory_key(key) & 0xFFFFFFFFFFFFFFFF
+        return bool(self._query(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+            "AND granted AND database = (SELECT oid FROM pg_database "
+            "WHERE datname = current_database()) AND classid = %s AND objid = %s "
+            "AND objsubid = 1)", (unsigned >> 32, unsigned & 0xFFFFFFFF)))
 
     def _rejoining(self) -> bool:
         """True for a while after this node's own lock session came back.

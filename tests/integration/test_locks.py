@@ -250,6 +250,67 @@ def test_postgres_fence_drawn_after_the_session_ended_is_refused(
         backend.close()
 
 
+def _terminate_lock_session(store: Store, identity: str) -> None:
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE application_name = 'jobserver-locks {identity}' "
+            "AND datname = current_database()")
+
+
+def test_postgres_lock_freed_by_a_burst_of_terminations_is_not_called_free(
+        store_on_postgres: Store) -> None:
+    """The server ends the holder's session, then the observer's a moment later (as
+    a restart or an operator terminating every session does): in between, the
+    holder's lock is free in pg_locks. The observer must not answer "free" (a rescue
+    would run the live holder's jobs twice); "unknown" is right."""
+    from locks.postgres import FREE_SETTLE, PostgresLockBackend
+
+    assert FREE_SETTLE >= 0.15, "the burst below ends 0.05 s into the pause"
+
+    def node(identity: str) -> PostgresLockBackend:
+        return PostgresLockBackend(store_on_postgres.url, identity,
+                                   next_fence=store_on_postgres.epochs.bump,
+                                   holder_of=store_on_postgres.epochs.holder)
+
+    holder, observer = node("burst-holder"), node("burst-observer")
+    try:
+        holder.acquire("presence")
+        _terminate_lock_session(store_on_postgres, "burst-holder")
+        wait_for(lambda: observer._held_on_server("presence") is False, timeout=5,
+                 what="the holder's lock to be free on the server")
+        answers: list[bool | None] = []
+        asking = threading.Thread(target=lambda: answers.append(observer.is_held("presence")))
+        asking.start()
+        time.sleep(0.05)  # the burst reaches the observer well within the pause
+        _terminate_lock_session(store_on_postgres, "burst-observer")
+        asking.join(10)
+        assert answers == [None]
+    finally:
+        holder.close()
+        observer.close()
+
+
+def test_postgres_lock_of_a_dead_holder_is_free(store_on_postgres: Store) -> None:
+    """A holder whose session ended for good: the observer, its own session
+    untouched, answers "free" (the settle costs the answer a pause, not the truth)."""
+    from locks.postgres import PostgresLockBackend
+
+    holder = PostgresLockBackend(store_on_postgres.url, "dead-holder",
+                                 next_fence=store_on_postgres.epochs.bump,
+                                 holder_of=store_on_postgres.epochs.holder)
+    observer = PostgresLockBackend(store_on_postgres.url, "live-observer",
+                                   next_fence=store_on_postgres.epochs.bump,
+                                   holder_of=store_on_postgres.epochs.holder)
+    try:
+        holder.acquire("presence")
+        assert observer.is_held("presence") is True
+        holder.close()
+        assert observer.is_held("presence") is False
+    finally:
+        observer.close()
+
+
 def _try(backend: LockBackend):
     try:
         return backend.acquire("k", blocking=False)

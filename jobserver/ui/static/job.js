@@ -34,14 +34,20 @@
   function watchVisitor(pre) {
     const name = pre.dataset.liveOutput;
     let touched = false;
-    for (const type of GESTURES) {
-      pre.addEventListener(type, () => { touched = true; }, {passive: true});
-    }
-    pre.addEventListener("scroll", () => {
-      if (!touched) return;
+    const note = () => {
+      if (!touched || !pre.isConnected) return;
       const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
       if (atEnd) reading.delete(name); else reading.set(name, pre.scrollTop);
-    }, {passive: true});
+    };
+    // The browser may scroll before or after it tells the page about the gesture, so
+    // the position is noted on the scrolls that follow and once the gesture settled.
+    for (const type of GESTURES) {
+      pre.addEventListener(type, () => {
+        touched = true;
+        window.setTimeout(note, 250);
+      }, {passive: true});
+    }
+    pre.addEventListener("scroll", note, {passive: true});
   }
 
   function followOutputs() {

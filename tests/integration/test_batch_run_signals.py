@@ -28,13 +28,6 @@ def config(release: Path) -> dict[str, Any]:
                 {"name": "extract", "type": "shell", "argv": ["sh", "-c", wait]}]}]}
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 def batch_run(harness: Harness, port: int, name: str) -> Proc:
     """``jobserver batch run`` of ORDER/IN STG, its output in ``logs/<name>.log``.
 

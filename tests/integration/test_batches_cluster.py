@@ -29,13 +29,6 @@ CONFIG = {
                                     "argv": ["sh", "-c", "exit ${FAIL:-0}"]}]}]}
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 def cli(harness: Harness, port: int, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = harness.base_env(JOBSERVER_URL=f"http://127.0.0.1:{port}", JOBSERVER_TOKEN=TOKEN)
     return subprocess.run(JOBSERVER + list(args), env=env, cwd=harness.tmp_path,

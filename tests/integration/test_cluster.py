@@ -42,13 +42,6 @@ SLOW_STEP_SECONDS = 3
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 def _connection_refused(port: int) -> bool:
     try:
         http_call(f"http://127.0.0.1:{port}/healthz", timeout=1)

@@ -41,13 +41,6 @@ SECOND_SIGNAL_EXIT_BOUND = HALT_GRACE + 3.0
 PROGRESS = re.compile(r"^(node-\d): draining, 1 job running, (\d+) s left$", re.M)
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 def _env(harness: Harness, port: int, data_dir: Path) -> dict[str, str]:
     return harness.base_env(JOBSERVER_API__BIND=f"127.0.0.1:{port}",
                             JOBSERVER_DATA_DIR=str(data_dir),

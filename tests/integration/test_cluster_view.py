@@ -35,13 +35,6 @@ DEAD_AFTER = "60"
 LONG_JOBS = 2
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 @pytest.fixture(params=["file", pytest.param("postgres", marks=pytest.mark.postgres),
                         "file-leader"])
 def backend(request: pytest.FixtureRequest) -> dict[str, str]:

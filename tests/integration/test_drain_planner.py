@@ -29,13 +29,6 @@ from tests.integration.nodes import Harness
 NODES = ("n1", "n2", "n3")
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 def newest(store: Store, key: str) -> tuple[int, str] | None:
     """The newest fence of ``key`` and who took it."""
     with store.tx.read() as conn:

@@ -36,13 +36,6 @@ MART = "app.eci.datamart/SearchExport/SHOP10/2015/05"
 SCHEDULED = "demo-scheduled"
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 def _start(harness: Harness, env: dict[str, str], url: str) -> tuple[Proc, Api, str]:
     launcher = harness.spawn("launcher", harness.cluster_args(3, "--demo"), env)
     banner = harness.wait_banner(launcher)

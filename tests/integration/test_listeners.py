@@ -31,13 +31,6 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = "tests.listener_fixtures"
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 class Node:
     """One ``jobserver serve`` with the given listeners; its API and its records."""
 

@@ -29,13 +29,6 @@ from tests.integration.scrape import Samples, scrape, value
 STATES = ("READY", "RUNNING", "SUCCEED", "ERROR", "STOPPED", "DISCARDED")
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 def gunicorn_workers(node: Proc) -> set[int]:
     tree = descendants(node.pid)
     arbiters = {info.pid for info in tree if info.ppid == node.pid and "gunicorn" in info.cmdline}

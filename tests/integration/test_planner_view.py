@@ -27,13 +27,6 @@ from tests.integration.nodes import JOBSERVER, TOKEN, TRANSIENT, Api, Harness, P
 NODES = ("n1", "n2", "n3")
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 @pytest.fixture(params=["file", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Store, dict[str, str]]:
     """The store the nodes share (to read the planner lock's record) and the nodes'

@@ -18,13 +18,6 @@ SCHEDULE = {"name": "tick", "trigger": {"type": "time", "interval": "1s"},
             "properties": {"source": "schedule"}}
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 def launched(api: Api) -> list[dict]:
     page = api.get("/api/v1/schedules/default/tick/jobs?limit=200")
     return [job for job in page["schedule_jobs"] if job["state"] == "LAUNCHED"]

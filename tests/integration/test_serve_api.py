@@ -38,13 +38,6 @@ REFUSAL_CPU_BOUND = 5.0
 REFUSAL_WALL_BOUND = 20.0
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("reuse_port", ["true", "false"])

@@ -26,13 +26,6 @@ RATE, BURST, WORKERS = 0.5, 20, 2
 REQUESTS, CLIENTS = 120, 12
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 def _posts_by_worker(metrics_dir: Path, workers: set[int], scratch: Path) -> dict[int, float]:
     """POST /api/v1/jobs answers counted by each worker, from its own metrics file."""
     counts = {}

@@ -49,13 +49,6 @@ TRANSFORMED = {f"t.stage/Clean/{shop}/2015/05/{day:02d}" for shop in SHOPS
                                           for shop in SHOPS for day in range(3, 6)}
 
 
-@pytest.fixture
-def harness(tmp_path: Path):
-    harness = Harness(tmp_path)
-    yield harness
-    harness.cleanup()
-
-
 def _view_jobs_and_gates(api: Api) -> tuple[list[dict[str, Any]], Counter[str]]:
     """The view jobs, and how many gates each partition has."""
     every = api.jobs()

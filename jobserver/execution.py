@@ -21,7 +21,7 @@ from jobserver.config import ShellStepConfig
 from jobserver.events import EventBus, NodeEvent, StateChange
 from jobserver.exceptions import FencedOff, StoreUnavailable
 from jobserver.logs import job_fields
-from jobserver.planners.base import OutputRefused
+from jobserver.planners.hooks import OutputRefused
 from jobserver.retrying import retry
 from jobserver.states import State, StopReason
 from jobserver.steps import StepContext, StepFunction
@@ -195,7 +195,7 @@ class JobExecution:
 
     def _take_inputs(self) -> bool:
         """Take what the job declares it consumes (the installed planners'
-        :class:`~jobserver.planners.base.JobInputs`: consumers' partitions) before its
+        :class:`~jobserver.planners.hooks.JobInputs`: consumers' partitions) before its
         first step runs; False when the run is over already (nothing to consume, an
         input gone, or the job no longer ours)."""
         assert self.job.inputs is not None
@@ -338,7 +338,7 @@ class JobExecution:
     def _add_partitions(self, step: StepRecord, outcome: StepOutcome) -> StepOutcome:
         """Add what a successful step output (``StepOutcome.partitions``) before its
         SUCCEED is written, through the installed planners'
-        :class:`~jobserver.planners.base.JobOutputs` (the datasets planner's
+        :class:`~jobserver.planners.hooks.JobOutputs` (the datasets planner's
         partitions). Output that cannot be added fails the step, not retried; so does
         output when no installed planner takes it, rather than being dropped unseen."""
         if outcome.state is not State.SUCCEED or not outcome.partitions:

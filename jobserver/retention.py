@@ -38,7 +38,7 @@ ROUND_BATCHES = 20
 #: node whose claims share its process and its database.
 PACING = 3.0
 #: Batches between two reads of what the planners' keep rules read (the schedules'
-#: references: :meth:`~jobserver.planners.base.KeepRule.read`).
+#: references: :meth:`~jobserver.planners.hooks.KeepRule.read`).
 REFS_EVERY = 20
 
 

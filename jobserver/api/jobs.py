@@ -56,7 +56,7 @@ def _idempotency_key() -> str | None:
 def check_inputs(store: Store, inputs: list[Any] | None) -> None:
     """A submitted job's ``inputs`` against the store, before it is stored, by the
     installed planner that takes job inputs (:meth:`JobInputs.check
-    <jobserver.planners.base.JobInputs.check>`): a 422 naming ``inputs[i].<field>``.
+    <jobserver.planners.hooks.JobInputs.check>`): a 422 naming ``inputs[i].<field>``.
     A job without inputs costs nothing; one with inputs when no installed planner
     takes them is refused naming ``inputs``, as it could never run."""
     if not inputs:

@@ -22,7 +22,7 @@ from jobserver.datasets.tables import datasets, partitions
 from jobserver.exceptions import Conflict, ConstraintViolation, NotFound
 from jobserver.resources import (CREATED, MAX_PAGE, UNCHANGED, digest, find_row, found_row,
                                  name_page, next_after, page_size, plan_put)
-from jobserver.planners.base import Deletion
+from jobserver.planners.hooks import Deletion
 from jobserver.store import Transactions
 from jobserver.store.engine import store_now
 

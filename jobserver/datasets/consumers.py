@@ -40,7 +40,7 @@ from jobserver.datasets.working_set import (DONE, FAILED, IN_PROGRESS, MAX_ROUND
                                             split_ref, take_inputs)
 from jobserver.exceptions import Conflict, ConstraintViolation, NotFound
 from jobserver.resources import CREATED, UNCHANGED, digest, plan_put
-from jobserver.planners.base import Deletion
+from jobserver.planners.hooks import Deletion
 from jobserver.store import Transactions
 from jobserver.states import State
 from jobserver.store.engine import store_now

@@ -1,5 +1,5 @@
 """Consumer partitions as the inputs jobs declare: the datasets planner's
-:class:`~jobserver.planners.base.JobInputs`, which the engine calls when a run starts
+:class:`~jobserver.planners.hooks.JobInputs`, which the engine calls when a run starts
 and in the transaction that writes its end (:mod:`jobserver.datasets.working_set`
 says where each partition goes)."""
 

@@ -12,7 +12,7 @@ the same job's same step added before is skipped: a step run again after its nod
 died, or a rerun of the job, finds its own partitions.
 
 The engine reaches them through the planner seam only: :class:`PartitionOutputs` is
-the datasets planner's :class:`~jobserver.planners.base.JobOutputs`.
+the datasets planner's :class:`~jobserver.planners.hooks.JobOutputs`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from jobserver.datasets.records import DatasetRecord
 from jobserver.datasets.spec import MAX_BATCH, NewPartition, check_partition
 from jobserver.exceptions import Conflict, InvalidRequest, NotFound
 from jobserver.names import IDENT
-from jobserver.planners.base import OutputRefused
+from jobserver.planners.hooks import OutputRefused
 from jobserver.store import Store
 from jobserver.store.records import ClaimToken
 from jobserver.store.runs import holds
@@ -43,7 +43,7 @@ class OutputError(OutputRefused):
 
 
 class PartitionOutputs:
-    """Steps output partitions (:class:`~jobserver.planners.base.JobOutputs`): a shell
+    """Steps output partitions (:class:`~jobserver.planners.hooks.JobOutputs`): a shell
     step writes them to the file :data:`ENV` names, and :func:`add_outputs` adds them
     to ``store``."""
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from flask import Blueprint
     from prometheus_client.metrics_core import Metric
 
-    from jobserver.planners.base import JobInputs, JobOutputs, KeepRule
+    from jobserver.planners.hooks import JobInputs, JobOutputs, KeepRule
     from jobserver.apply import ResourceFactory
     from jobserver.cli.parsing import ClientOptions, Commands
     from jobserver.store import Store

@@ -1,5 +1,5 @@
 """Which old finished jobs retention keeps for the schedules
-(:class:`~jobserver.planners.base.KeepRule`, asked by :mod:`jobserver.store.keep`):
+(:class:`~jobserver.planners.hooks.KeepRule`, asked by :mod:`jobserver.store.keep`):
 a job a schedule's template names in ``after``, and the newest SUCCEED job of each
 template a ``since_last_run`` constraint reads (its time is the constraint's)."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, exists, select
 
-from jobserver.planners.base import KeepRule
+from jobserver.planners.hooks import KeepRule
 from jobserver.schedules.tables import schedules
 from jobserver.store.tables import jobs
 

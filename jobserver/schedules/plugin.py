@@ -13,7 +13,7 @@ from jobserver.scopes import OPERATE, READ, SUBMIT
 if TYPE_CHECKING:
     from flask import Blueprint
 
-    from jobserver.planners.base import DeletionGuard, KeepRule
+    from jobserver.planners.hooks import DeletionGuard, KeepRule
     from jobserver.schedules.metrics import ScheduleMetrics
     from jobserver.apply import ResourceFactory
     from jobserver.cli.parsing import ClientOptions, Commands

@@ -17,7 +17,7 @@ consumer that a schedule names, in a partition trigger or in its job template's
 ``inputs``, is refused as a conflict naming each such schedule
 (:func:`refuse_if_named`): the schedule would never fire again, or every run it
 launches would end ERROR. The datasets planner does not know schedules: it asks the
-installed planners' deletion guards (:class:`~jobserver.planners.base.DeletionGuard`),
+installed planners' deletion guards (:class:`~jobserver.planners.hooks.DeletionGuard`),
 and :class:`NamedBySchedule` is the schedules planner's. The deleting transaction
 holds the dataset's row exclusively while it looks, so a save and a delete running
 together cannot both pass. A filter
@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy import Connection, Text, cast, select
 
 from jobserver.exceptions import Conflict, InvalidRequest
-from jobserver.planners.base import Deletion, DeletionGuard
+from jobserver.planners.hooks import Deletion, DeletionGuard
 from jobserver.schedules.spec import (AndTrigger, JobStatusTrigger, OrTrigger,
                                       PartitionTrigger, ScheduleSpec, qualify)
 from jobserver.schedules.tables import schedules

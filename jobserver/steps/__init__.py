@@ -20,7 +20,7 @@ from jobserver.states import State
 from jobserver.store.records import StepOutcome
 
 if TYPE_CHECKING:
-    from jobserver.planners.base import OutputFormat
+    from jobserver.planners.hooks import OutputFormat
     from jobserver.steps.log import StepLog
 
 
@@ -78,7 +78,7 @@ class StepResult:
     """What a python step may return besides a dict of metrics: its metrics and the
     partitions it adds to datasets (each ``{"dataset", "key", "location",
     "metadata"}``; added by the installed planners'
-    :class:`~jobserver.planners.base.JobOutputs`, the datasets planner's)."""
+    :class:`~jobserver.planners.hooks.JobOutputs`, the datasets planner's)."""
 
     metrics: dict[str, Any] | None = None
     partitions: list[dict[str, Any]] = field(default_factory=list)

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobserver.parameters import step_environment
-from jobserver.planners.base import OutputRefused
+from jobserver.planners.hooks import OutputRefused
 from jobserver.states import State
 from jobserver.step_env import env_rule
 from jobserver.steps import forkclient, forkserver, reaper
@@ -54,7 +54,7 @@ from jobserver.steps.log import StepLog
 from jobserver.store.records import StepOutcome
 
 if TYPE_CHECKING:
-    from jobserver.planners.base import OutputFormat
+    from jobserver.planners.hooks import OutputFormat
 
 MAX_METRICS_BYTES = 64 * 1024
 

@@ -28,7 +28,7 @@ from jobserver.store.records import Completion
 from jobserver.store.tables import AuditEvent, record_events, steps
 
 if TYPE_CHECKING:
-    from jobserver.planners.base import JobInputs
+    from jobserver.planners.hooks import JobInputs
 
 
 def _row(index: int, completion: Completion) -> dict[str, Any]:

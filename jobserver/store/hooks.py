@@ -19,8 +19,9 @@ from jobserver.exceptions import ConfigError
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from jobserver.planners.base import (Deletion, DeletionGuard, JobInputs, JobOutputs,
-                                         KeepRule, Planner)
+    from jobserver.planners.base import Planner
+    from jobserver.planners.hooks import (Deletion, DeletionGuard, JobInputs, JobOutputs,
+                                          KeepRule)
     from jobserver.store import Store
 
 
@@ -62,6 +63,6 @@ class PlannerHooks:
         installed, whether ``deletion`` may go ahead; the first refusal (a
         :class:`~jobserver.exceptions.Conflict`) is raised as it is. The owner of the
         resource calls it in its deleting transaction, after locking the resource's
-        row exclusively (:class:`~jobserver.planners.base.DeletionGuard`)."""
+        row exclusively (:class:`~jobserver.planners.hooks.DeletionGuard`)."""
         for guard in self.deletion_guards:
             guard.refuse(conn, deletion)

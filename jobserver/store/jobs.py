@@ -23,7 +23,7 @@ from jobserver.store.records import SYSTEM, Actor, EventRecord, JobRecord, StepR
 from jobserver.store.tables import AuditEvent, events, jobs, record_events, steps
 
 if TYPE_CHECKING:
-    from jobserver.planners.base import JobInputs
+    from jobserver.planners.hooks import JobInputs
 
 MAX_PAGE = 500
 

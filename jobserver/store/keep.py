@@ -8,7 +8,7 @@ not a dangling reference):
 * a job another job depends on (``job_dependencies.upstream_id``) stays while that
   dependent stays; both go in the same batch when both may;
 * a job a planner's rows still refer to: each installed planner's
-  :class:`~jobserver.planners.base.KeepRule` (its
+  :class:`~jobserver.planners.hooks.KeepRule` (its
   :meth:`~jobserver.planners.base.Planner.retention_rules`: a batch stage's job, a
   view partition's, an IN_PROGRESS consumer partition's, a job a schedule waits
   for), most of them a :class:`ReferencedBy`;
@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, literal, select, text, tuple_
 
-from jobserver.planners.base import KeepRule
+from jobserver.planners.hooks import KeepRule
 from jobserver.store.engine import store_now
 from jobserver.store.models import FINAL_EVENTS
 from jobserver.store.tables import events, feed_cursors, job_dependencies, jobs, steps

@@ -28,7 +28,7 @@ from jobserver.store.hooks import PlannerHooks
 from jobserver.store.tables import AuditEvent, jobs, record_events, steps
 
 if TYPE_CHECKING:
-    from jobserver.planners.base import JobInputs
+    from jobserver.planners.hooks import JobInputs
 
 #: What a step's new attempt starts without: the figures and output shown for a
 #: RUNNING step are its current attempt's own, empty until that attempt reports. An
@@ -397,7 +397,7 @@ def holds(conn: Connection, token: ClaimToken) -> bool:
 def _settle_inputs(inputs: JobInputs | None, conn: Connection, token: ClaimToken,
                    succeeded: bool) -> None:
     """What the run took (its job's declared inputs), as its end decides, in the
-    transaction writing the end (:class:`~jobserver.planners.base.JobInputs`)."""
+    transaction writing the end (:class:`~jobserver.planners.hooks.JobInputs`)."""
     if inputs is None:
         return
     if succeeded:

@@ -16,7 +16,7 @@ from jobserver.store.records import ServerRecord
 from jobserver.store.tables import AuditEvent, jobs, record_events, servers, steps
 
 if TYPE_CHECKING:
-    from jobserver.planners.base import JobInputs
+    from jobserver.planners.hooks import JobInputs
 
 
 class OwnedRun(NamedTuple):

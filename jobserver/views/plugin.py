@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from flask import Blueprint
     from prometheus_client.metrics_core import Metric
 
-    from jobserver.planners.base import KeepRule
+    from jobserver.planners.hooks import KeepRule
     from jobserver.apply import ResourceFactory
     from jobserver.cli.parsing import ClientOptions, Commands
     from jobserver.store import Store

@@ -15,7 +15,8 @@ from jobserver.datasets.spec import parse_dataset
 from jobserver.datasets.tables import datasets
 from jobserver.exceptions import Conflict, NotFound
 from jobserver.planners import installed
-from jobserver.planners.base import Deletion, DeletionGuard, Planner
+from jobserver.planners.base import Planner
+from jobserver.planners.hooks import Deletion, DeletionGuard
 from jobserver.store import Store
 from tests.integration.test_planner_hooks import store_with
 

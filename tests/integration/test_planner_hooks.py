@@ -14,7 +14,8 @@ from sqlalchemy import Connection, select
 
 from jobserver.exceptions import ConfigError
 from jobserver.planners import installed
-from jobserver.planners.base import KeepRule, Planner
+from jobserver.planners.base import Planner
+from jobserver.planners.hooks import KeepRule
 from jobserver.states import State
 from jobserver.store import Store
 from jobserver.store.hooks import PlannerHooks

@@ -17,7 +17,8 @@ import pytest
 from jobserver.api import create_app
 from jobserver.config import load_config
 from jobserver.exceptions import ConfigError
-from jobserver.planners.base import OutputRefused, Planner
+from jobserver.planners.base import Planner
+from jobserver.planners.hooks import OutputRefused
 from jobserver.states import State
 from jobserver.steps import StepResult
 from jobserver.store import Store

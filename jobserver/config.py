@@ -415,6 +415,10 @@ class RetentionConfig(_Section):
     # steps and events, unless something still refers to them (see docs/configuration.md,
     # Retention). A duration ("30d", "12h", seconds); 0 or "off" keeps every job.
     finished_jobs: float = Field(default=30 * 86400.0, ge=0, le=100 * 365 * 86400)
+    # Rows of the change history (GET /api/v1/changes: who changed a definition, added
+    # partitions, materialized, ran a batch) older than this are deleted; an audit
+    # trail is kept longer than jobs. A duration; 0 or "off" keeps every row.
+    changes: float = Field(default=365 * 86400.0, ge=0, le=100 * 365 * 86400)
     # Seconds between looks for jobs to delete, once none is left.
     interval: float = Field(default=60.0, gt=0, le=86400)
     # Jobs deleted per transaction: each one holds SQLite's write lock, or the rows
@@ -425,16 +429,16 @@ class RetentionConfig(_Section):
     # also waits at least three times as long as the last one took.
     pause: float = Field(default=0.1, ge=0, le=60)
 
-    @field_validator("finished_jobs", "interval", "pause", mode="before")
+    @field_validator("finished_jobs", "changes", "interval", "pause", mode="before")
     @classmethod
     def _durations(cls, value: Any) -> Any:
         return duration_seconds(value)
 
-    @field_validator("finished_jobs")
+    @field_validator("finished_jobs", "changes")
     @classmethod
     def _not_too_short(cls, value: float) -> float:
         if 0 < value < MIN_RETENTION:
-            raise ValueError(f"keep finished jobs at least {MIN_RETENTION:.0f} s, or 0 (off)")
+            raise ValueError(f"keep them at least {MIN_RETENTION:.0f} s, or 0 (off)")
         return value
 
 

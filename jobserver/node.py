@@ -132,9 +132,9 @@ class Node:
         return merged
 
     def _retention(self) -> RetentionLoop | None:
-        """The deletion of old finished jobs, which acts only while this node holds
-        the planner seat; None when ``retention.finished_jobs`` is 0."""
-        if not self.config.retention.finished_jobs:
+        """The deletion of old finished jobs and change rows, which acts only while
+        this node holds the planner seat; None when both durations are 0."""
+        if not (self.config.retention.finished_jobs or self.config.retention.changes):
             return None
         return RetentionLoop(self.store, self.seat, self.config.retention,
                              self.metrics.retention_deleted, stopping=self.ctx.stopping)

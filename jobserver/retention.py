@@ -113,8 +113,10 @@ class Purge:
 
 
 class RetentionLoop(PlannerLoop):
-    """Deletes SUCCEED and DISCARDED jobs older than ``retention.finished_jobs`` on the
-    node holding the planner seat. ``deleted``: the counter it adds to."""
+    """Deletes SUCCEED and DISCARDED jobs older than ``retention.finished_jobs``, then
+    rows of the change history older than ``retention.changes``, on the node holding
+    the planner seat (a duration of 0 keeps them). ``deleted``: the counter of jobs it
+    adds to."""
 
     def __init__(self, store: Store, seat: PlannerSeat | None, config: RetentionConfig,
                  deleted: Any = None, stopping: threading.Event | None = None) -> None:
@@ -125,6 +127,31 @@ class RetentionLoop(PlannerLoop):
         self._purge: Purge | None = None
 
     def round(self, lease: Lease) -> float:
+        """Old jobs first; once none is left, old rows of the change history."""
+        wait = self._delete_jobs(lease) if self._config.finished_jobs else self.poll_interval
+        if self._purge is None and self._config.changes and not self.stopping.is_set():
+            if self._delete_changes(lease):
+                wait = min(wait, self._config.pause)
+        return wait
+
+    def _delete_changes(self, lease: Lease) -> bool:
+        """Up to :data:`ROUND_BATCHES` batches of change rows older than
+        ``retention.changes``; whether more are left."""
+        before = self._store.retention.cutoff(self._config.changes)
+        size, deleted, batches, gone = self._config.batch_size, 0, 0, 0
+        while batches < ROUND_BATCHES and not self.stopping.is_set():
+            if batches:
+                self.stopping.wait(self._config.pause)
+            gone = self._store.changes.delete_before(before, size, (lease.key, lease.fence))
+            deleted, batches = deleted + gone, batches + 1
+            if gone < size:
+                break
+        if deleted:
+            log.info("retention: deleted %d rows of the change history recorded before %s",
+                     deleted, before.isoformat(timespec="seconds"))
+        return gone == size
+
+    def _delete_jobs(self, lease: Lease) -> float:
         purge = self._purge
         if purge is None:
             before = self._store.retention.cutoff(self._config.finished_jobs)

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import cast
 from datetime import datetime
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import Table, delete, insert, select
 
 from jobserver.store import Transactions
 from jobserver.store.engine import store_now
+from jobserver.store.epochs import fenced
 from jobserver.store.models import ChangeRow
 from jobserver.store.records import Actor
 
@@ -69,3 +70,18 @@ class ChangeHistory:
             return [ChangeRecord(row.id, row.at, Actor(row.actor, row.actor_token_id),
                                  row.method, row.resource, row.action, row.outcome)
                     for row in conn.execute(query)]
+
+    def delete_before(self, before: datetime, limit: int, fence: tuple[str, int]) -> int:
+        """Delete up to ``limit`` of the oldest rows recorded before ``before``, in one
+        transaction fenced by the lease ``fence`` (key, fence); how many went.
+
+        Rows are recorded in id order at the store's clock, so the oldest are the
+        lowest ids: the read walks the primary key from its start and stops after
+        ``limit`` rows, with no index on ``at``."""
+        oldest = (select(changes.c.id).where(changes.c.at < before)
+                  .order_by(changes.c.id).limit(limit))
+        with fenced(self._tx, fence[0], fence[1], "another node deletes old changes") as conn:
+            ids = list(conn.execute(oldest).scalars())
+            if ids:
+                conn.execute(delete(changes).where(changes.c.id.in_(ids)))
+        return len(ids)

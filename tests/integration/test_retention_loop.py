@@ -20,6 +20,8 @@ from jobserver.retention import PACING, ROUND_BATCHES, Purge, RetentionLoop
 from jobserver.steps.python import PythonSteps
 from jobserver.store import Store
 from tests.helpers import FakeLease, wait_for
+from jobserver.store.changes import changes
+from jobserver.store.records import Actor
 from jobserver.store.tables import jobs
 from tests.integration.test_retention import OLD, newest_young, old_job, present, submit
 from tests.integration.test_supervision import config_for
@@ -125,3 +127,54 @@ def test_only_the_node_holding_the_seat_deletes(data_dir: Path) -> None:
     finally:
         for node in nodes:
             node.stop(drain_timeout=0)
+
+
+def recorded_changes(store: Store) -> set[str]:
+    return {change.resource for change in store.changes.list(limit=500)}
+
+
+def old_changes(store: Store, count: int, days: float) -> None:
+    """Rows of the change history recorded ``days`` ago on the store's clock."""
+    at = store.retention.cutoff(days * 86400)
+    with store.tx.write() as conn:
+        conn.execute(insert(changes), [
+            {"at": at, "actor": "ops", "actor_token_id": None, "method": "PUT",
+             "resource": f"/api/v1/schedules/default/old-{i}", "action": "put_schedule",
+             "outcome": "updated"} for i in range(count)])
+
+
+def test_old_rows_of_the_change_history_go_once_no_old_job_is_left(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    old_changes(store, 5, days=400)
+    old_changes(store, 1, days=300)  # younger than a year: kept by default
+    store.changes.record(Actor("ops", None), "PUT", "/api/v1/datasets/default/raw",
+                         "put_dataset", "created")
+    old_job(store)
+    tail = newest_young(store)
+    loop = RetentionLoop(store, None, RetentionConfig(interval=30, batch_size=2, pause=0))
+    with caplog.at_level(logging.INFO, logger="jobserver.retention"):
+        assert loop.round(FakeLease(store)) == 30  # type: ignore[arg-type]
+    assert present(store) == {tail}
+    assert recorded_changes(store) == {"/api/v1/schedules/default/old-0",
+                                       "/api/v1/datasets/default/raw"}
+    assert "deleted 5 rows of the change history" in caplog.text
+
+
+def test_the_change_history_is_kept_as_configured(store: Store) -> None:
+    old_changes(store, 3, days=400)
+    RetentionLoop(store, None, RetentionConfig(changes=0)).round(
+        FakeLease(store))  # type: ignore[arg-type]
+    assert len(recorded_changes(store)) == 3
+    RetentionLoop(store, None, RetentionConfig(changes="30d", finished_jobs=0)).round(
+        FakeLease(store))  # type: ignore[arg-type]
+    assert recorded_changes(store) == set()
+
+
+def test_a_stale_lease_deletes_no_change(store: Store) -> None:
+    old_changes(store, 3, days=400)
+    stale = FakeLease(store)
+    FakeLease(store)  # another node took the seat since
+    with pytest.raises(FencedOff):
+        RetentionLoop(store, None, RetentionConfig(finished_jobs=0)).round(
+            stale)  # type: ignore[arg-type]
+    assert len(recorded_changes(store)) == 3

@@ -42,6 +42,14 @@ def test_bad_durations_name_the_key(value: str, message: str) -> None:
     assert message in str(raised.value)
 
 
+def test_the_change_history_is_kept_a_year_unless_configured() -> None:
+    assert load_config(environ={}).retention.changes == 365 * 86400
+    assert load_config(environ={"JOBSERVER_RETENTION__CHANGES": "off"}).retention.changes == 0
+    with pytest.raises(ConfigError) as raised:
+        load_config(environ={"JOBSERVER_RETENTION__CHANGES": "10"})
+    assert "retention.changes (from JOBSERVER_RETENTION__CHANGES)" in str(raised.value)
+
+
 def test_purge_dates_are_utc_unless_zoned() -> None:
     assert parse_before("2026-01-31") == datetime(2026, 1, 31, tzinfo=timezone.utc)
     assert parse_before("2026-01-31T12:00:00+02:00").astimezone(timezone.utc).hour == 10

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from jobserver.apply import apply_documents, load
 from jobserver.client import Client
-from tests.browser.conftest import PageWatch, UiCluster, forced_post, shot, sign_in
+from tests.browser.conftest import PageWatch, UiCluster, expect, forced_post, shot, sign_in
 from tests.helpers import wait_for
 from tests.integration.nodes import TOKEN
 
@@ -119,12 +119,13 @@ def test_the_views_grid_and_materialize_after_the_plan(page: Any, cluster: UiClu
     assert "never transformed" in page.get_attribute(cell.format("SearchWeekly", 2), "title")
 
     page.click("a[data-action=materialize]")
+    # The plan is computed as the page is served: wait for it, not for the URL.
     plan = page.locator("table.plan tbody tr")
-    assert plan.filter(has=page.locator("[data-state=transform]")).count() == 10
-    assert plan.filter(has_text="no _SUCCESS flag").count() == 6  # 2015-04-25 … 30
+    expect(plan.filter(has=page.locator("[data-state=transform]"))).to_have_count(10)
+    expect(plan.filter(has_text="no _SUCCESS flag")).to_have_count(6)  # 2015-04-25 … 30
     shot(page, "plan")
     page.click("[data-confirm-plan]")
-    assert page.inner_text("section.card h2").startswith("Done: 10 jobs")
+    expect(page.locator("section.card h2")).to_have_text(re.compile(r"^Done: 10 jobs"))
     page.click("text=Back to the grid")
     for view, day in (("Search", 1), ("Search", 2), ("SearchWeekly", 1), ("SearchWeekly", 2)):
         page.wait_for_selector(cell.format(view, day) + "[data-state=materialized]",

@@ -35,7 +35,7 @@ PING_INTERVAL = 1.0
 #: How long this node's own session must outlive the answer that a lock is free
 #: before that answer counts (see ``is_held``); PostgreSQL ends a burst of sessions
 #: in milliseconds.
-FREE_SETTLE = 0.2
+FREE_SETTLE = 0.1
 
 
 def advisory_key(key: str) -> int:
@@ -72,6 +72,11 @@ class PostgresLockBackend(LockBackend):
         self._conn: Any = None
         #: when the monitor last re-established a lost lock session (monotonic)
         self._rejoined_at: float | None = None
+        #: how many times the lock session was re-established
+        self._session_number = 0
+        #: keys found free after the settle, with the session they were found on: asked
+        #: again on that session, they are free without a second pause
+        self._found_free: dict[str, int] = {}
         self._closed = threading.Event()
         self._connect()
         # A failed ping or reconnection is reported through mark_lost and tried again.
@@ -132,6 +137,7 @@ class PostgresLockBackend(LockBackend):
             with self._mutex:
                 self._connect()
                 self._rejoined_at = time.monotonic()
+                self._session_number += 1
             log.info("lock connection to PostgreSQL re-established")
         else:
             self._query("SELECT 1")
@@ -204,20 +210,29 @@ class PostgresLockBackend(LockBackend):
         ``_rejoining``'s window, but a rescue decided in that moment would run its jobs
         twice. The burst reaches this session within the pause, and the second round
         trip then fails: unknown, never dead. A killed holder's lock stays free, so
-        this costs a crash's detection the pause and nothing more."""
+        this costs a crash's detection the pause, once: a key found free is free
+        without a pause when asked again on the same session (a leader asks about a
+        dead follower every round until its heartbeat goes stale)."""
         with self._mutex:
             if key in self._leases:
                 return True
         try:
+            session = self._session_number
             if self._held_on_server(key):
+                self._found_free.pop(key, None)
                 return True
-            time.sleep(FREE_SETTLE)
-            held = self._held_on_server(key)
+            if self._found_free.get(key) != session:
+                time.sleep(FREE_SETTLE)
+                if self._held_on_server(key):
+                    return True  # taken back meanwhile
+                if self._session_number != session:
+                    return None  # this session ended during the pause: unknown
         except LockError:
             return None  # unknown: callers must not treat it as dead
-        if not held and self._rejoining():
+        if self._rejoining():
             return None  # unknown: its holder may not have rejoined yet (see _rejoining)
-        return held
+        self._found_free[key] = session
+        return False
 
     def _held_on_server(self, key: str) -> bool:
         unsigned = advisory_key(key) & 0xFFFFFFFFFFFFFFFF

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -101,3 +104,15 @@ def shell_context(**shell: Any) -> Any:
     return StepContext(job_id=1, job_name="j", step="s", attempt=1, job_attempt=1, fence=1,
                        node="n1", params={}, shell=ShellStepConfig(**shell),
                        cancelled=threading.Event())
+
+
+def stop_process_group(proc: subprocess.Popen[Any], grace: float) -> None:
+    """Ctrl-C for a launcher started in a process group of its own (``start_new_session``):
+    SIGINT to the group, which drains its nodes; SIGKILL after ``grace`` seconds."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from bench.ui_data import (FIRST_DAY, NAMESPACE, TICKER, PlannerData, Sizes, add
                            wait_idle)
 from jobserver.client import Client
 from tests.browser.conftest import CHROMIUM, sign_in
-from tests.helpers import free_port, wait_for
+from tests.helpers import free_port, stop_process_group, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "docs" / "screenshots"
@@ -93,13 +92,7 @@ def demo_cluster(data_dir: Path) -> Iterator[Client]:
             raise RuntimeError("the cluster exited:\n" + _read(log.name).decode()[-2000:])
         yield client
     finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGINT)
-        try:
-            launcher.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait(5)
+        stop_process_group(launcher, 30)
         log.close()
 
 

@@ -33,7 +33,7 @@ import pytest
 
 from tests.conftest import missing_service
 from tests.docs_examples import ROOT, Block, Kind, blocks, pages
-from tests.helpers import free_port, wait_for
+from tests.helpers import free_port, stop_process_group, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -104,17 +104,7 @@ def make_run(workspace: Path) -> Iterator[str]:
             assert launcher.poll() is None, log_path.read_text()[-3000:]
             yield f"127.0.0.1:{port}"
         finally:
-            _stop(launcher)
-
-
-def _stop(launcher: subprocess.Popen[bytes]) -> None:
-    if launcher.poll() is None:
-        os.killpg(launcher.pid, signal.SIGINT)
-    try:
-        launcher.wait(40)
-    except subprocess.TimeoutExpired:
-        os.killpg(launcher.pid, signal.SIGKILL)
-        launcher.wait(5)
+            stop_process_group(launcher, 40)
 
 
 def checkout_copy(tmp_path: Path) -> Path:

@@ -220,7 +220,8 @@ class LocalCluster:
     def banner(self, demo_lines: list[str] | None = None) -> str:
         """What the launcher prints once the nodes answer: where everything is, the
         demo's lines (``demo_lines``, from :meth:`place_demo`) and what to try."""
-        lines = [f"jobserver cluster: {self.count} nodes ({describe_setup(self.config)})",
+        nodes = "1 node" if self.count == 1 else f"{self.count} nodes"
+        lines = [f"jobserver cluster: {nodes} ({describe_setup(self.config)})",
                  f"  API:    {self.url}   (any node; its reference: {self.url}/ui/api, "
                  "signed in to the dashboard)"]
         if self.node_binds:

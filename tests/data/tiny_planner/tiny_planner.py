@@ -4,6 +4,7 @@ page and a planner loop, each through the planner seam only
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from flask import Blueprint
@@ -36,7 +37,10 @@ class Counter(PlannerLoop):
 
     def round(self, lease: object) -> float:
         self.done += 1
-        self.path.write_text(str(self.done))
+        # Replaced whole, never truncated in place: the route reads it meanwhile.
+        scratch = self.path.with_suffix(".new")
+        scratch.write_text(str(self.done))
+        os.replace(scratch, self.path)
         return 0.2
 
 

@@ -168,11 +168,14 @@ class Runner:
         return execution
 
     def cancel(self, job_id: int, reason: StopReason, detail: str | None = None,
-               requeue: bool = False) -> None:
+               requeue: bool = False) -> bool:
+        """Stop ``job_id`` if this runner runs it (see :meth:`JobExecution.cancel`);
+        False when it does not, e.g. because it ended already."""
         with self._lock:
             execution = self._running.get(job_id)
         if execution is not None:
             execution.cancel(reason, detail, requeue)
+        return execution is not None
 
     def _execute(self, execution: JobExecution, on_done: Callable[[], None] | None) -> None:
         final_write = None

@@ -4,7 +4,10 @@ Before a node runs a job with a ``lock_key`` it takes the lock of that segment a
 holds it until the job leaves READY/RUNNING, so no two jobs of one segment are ever
 claimed to run at once, anywhere; the claim is the store's compare-and-set under that
 segment lease's fence. A node whose segment lock is lost stops that job and puts it
-back to READY. The exclusion is the scheduler's: a step frozen with its node (the
+back to READY. The lock service frees a lost lock at once, but the job's process dies
+only a moment later (SIGTERM, then SIGKILL after the kill grace): until it has, this
+node starts no other job of that segment. Another node may take the freed lock in
+that moment: the exclusion is the scheduler's, and a step frozen with its node (the
 whole process tree stopped) outlives the lock and runs on when it wakes, until the
 runner's watcher sees the job taken over and kills it (docs/jobs.md, "Guarantees").
 
@@ -42,6 +45,9 @@ class DistributedScheduler(Scheduler):
     def __init__(self, ctx: SchedulerContext) -> None:
         super().__init__(ctx)
         self._segments = 0
+        #: segments whose job this node still runs, its lease lost or not: a lost
+        #: lease frees the lock at once, but the job stops only a moment later
+        self._busy: set[str] = set()
 
     def run(self) -> None:
         self.active = True
@@ -96,6 +102,8 @@ class DistributedScheduler(Scheduler):
             self.ctx.node_id, lease, limit, keyless=True), keyless=True)
 
     def _try_job(self, job_id: int, key: str) -> int:
+        if key in self._busy:
+            return 0  # this node's job of the segment is still stopping
         lease = self.acquire_timed(lambda: self.ctx.locks.acquire(key, blocking=False),
                                    "segment")
         if lease is None:
@@ -115,19 +123,24 @@ class DistributedScheduler(Scheduler):
         if not claimed:
             lease.release()  # taken by another node between peek and claim
             return 0
-        lease.on_lost(lambda _lease: self._segment_lost(job_id, key))
         self._segments += 1
-        return self.start(claimed, on_done=lambda: self._release_segment(lease))
+        self._busy.add(key)
+        started = self.start(claimed, on_done=lambda: self._release_segment(lease))
+        # Registered once the runner has the job, so that a loss at any moment since
+        # the acquisition stops it (a callback registered after the loss runs at once).
+        lease.on_lost(lambda _lease: self._segment_lost(job_id, key))
+        return started
 
     def _release_segment(self, lease: Lease) -> None:
         self._segments -= 1
+        self._busy.discard(lease.key)
         lease.release()
 
     def held_locks(self) -> int:
         return self._segments  # one segment lock per running job with a lock_key
 
     def _segment_lost(self, job_id: int, key: str) -> None:
-        log.error("lost the lock of %s: stopping job %s and re-queueing it", key, job_id,
-                  extra=job_fields(job_id, node=self.ctx.node_id))
-        self.ctx.runner.cancel(job_id, StopReason.LOCK_LOST, f"lock {key} lost",
-                               requeue=True)
+        if self.ctx.runner.cancel(job_id, StopReason.LOCK_LOST, f"lock {key} lost",
+                                  requeue=True):
+            log.error("lost the lock of %s: stopping job %s and re-queueing it", key,
+                      job_id, extra=job_fields(job_id, node=self.ctx.node_id))

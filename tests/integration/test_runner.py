@@ -53,9 +53,9 @@ def submit(store: Store, **fields) -> int:
 class Harness:
     """A runner fed by hand (``claim``) or by a real single-mode scheduler."""
 
-    def __init__(self, store: Store, node: str = "n1") -> None:
+    def __init__(self, store: Store, node: str = "n1", config=CONFIG) -> None:
         self.store, self.node = store, node
-        self.runner = Runner(store, step_types(PYTHON_STEPS), CONFIG.steps.shell, 4)
+        self.runner = Runner(store, step_types(PYTHON_STEPS), config.steps.shell, 4)
         self.runner.start()
 
     def context(self, locks) -> SchedulerContext:
@@ -330,6 +330,66 @@ def test_a_segment_lock_that_outlived_the_presence_lock_claims_nothing(store: St
     assert [store.jobs.get(job).state for job in (first, second)] == [State.READY] * 2
     assert memory.is_held(segment_key("one")) is False
     assert memory.is_held(segment_key("two")) is False
+
+
+def _stubborn_step(started: Path) -> list[dict]:
+    """A shell step that notes its job id and then ignores SIGTERM: only the SIGKILL
+    after the kill grace stops it, so its job is seen while it is being stopped."""
+    return [{"name": "s", "type": "shell", "argv": [
+        "sh", "-c", f"trap '' TERM; echo $JOBSERVER_JOB_ID >> {started}; sleep 30"]}]
+
+
+def test_a_segment_lost_before_its_job_started_still_stops_it(store: Store, tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """The segment lease is lost between the claim and the runner taking the job: the
+    job must still be stopped and re-queued, not left to run on without the lock."""
+    store.servers.register("A", "h", 1, "distributed", 4)
+    started = tmp_path / "started"
+    job_id = submit(store, lock_key="one", steps=_stubborn_step(started))
+    memory = create_lock_backend("memory", record_fence=store.epochs.advance)
+    claim = store.runs.claim
+
+    def claim_then_lose(*args, **kwargs):
+        claimed = claim(*args, **kwargs)
+        memory.expire(segment_key("one"))
+        return claimed
+
+    monkeypatch.setattr(store.runs, "claim", claim_then_lose)
+    harness = Harness(store, "A")
+    try:
+        assert DistributedScheduler(harness.context(memory))._claim_round() == 1
+        job = wait_for(lambda: (j := store.jobs.get(job_id)).state is State.READY and j,
+                       what="the job to be put back to READY")
+        wait_for(lambda: harness.runner.running_count() == 0, what="the runner to let go")
+    finally:
+        harness.close()
+    assert job.node is None and job.attempt == 1
+
+
+def test_a_segment_whose_job_is_still_stopping_is_not_taken_again(store: Store,
+                                                                  tmp_path: Path) -> None:
+    """A lost segment lock is free in the lock service at once, but its job stops only
+    after the kill grace: until then this node starts no other job of the segment."""
+    store.servers.register("A", "h", 1, "distributed", 4)
+    started = tmp_path / "started"
+    first = submit(store, lock_key="one", steps=_stubborn_step(started))
+    second = submit(store, lock_key="one", steps=[{"name": "s", "type": "noop"}])
+    memory = create_lock_backend("memory", record_fence=store.epochs.advance)
+    slow_kill = load_config(environ={"JOBSERVER_STEPS__SHELL__KILL_GRACE": "3"})
+    harness = Harness(store, "A", slow_kill)
+    try:
+        scheduler = DistributedScheduler(harness.context(memory))
+        assert scheduler._claim_round() == 1
+        wait_for(started.exists, what="the first job's step to start")
+        memory.expire(segment_key("one"))
+        assert memory.is_held(segment_key("one")) is False
+        assert scheduler._claim_round() == 0, "a second job of a stopping segment started"
+        assert harness.runner.running_count() == 1
+        wait_for(lambda: store.jobs.get(first).state is State.READY, what="the first job's stop")
+        wait_for(lambda: scheduler._claim_round() == 1, what="the segment to be taken again")
+    finally:
+        harness.close()
+    assert store.jobs.get(second).state in (State.READY, State.RUNNING, State.SUCCEED)
 
 
 def leading(harness: Harness, locks) -> LeaderScheduler:

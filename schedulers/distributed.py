@@ -48,6 +48,9 @@ class DistributedScheduler(Scheduler):
         #: segments whose job this node still runs, its lease lost or not: a lost
         #: lease frees the lock at once, but the job stops only a moment later
         self._busy: set[str] = set()
+        #: segments a peeked job found busy on this node: when one is given back, the
+        #: scheduler is woken to claim that job at once rather than at its next poll
+        self._wanted: set[str] = set()
 
     def run(self) -> None:
         self.active = True
@@ -79,17 +82,17 @@ class DistributedScheduler(Scheduler):
             return started
         peeked = self.ctx.store.runs.peek(self.ctx.node_id, (room - started) * PEEK_FACTOR,
                                           keyed=True)
-        waiting = False
+        self._wanted.clear()
         for job_id, lock_key in peeked:
             if started >= room or self.ctx.stopping.is_set() or not self.ctx.present.is_set():
                 break
             if lock_key is not None:  # always, as peeked
-                claimed = self._try_job(job_id, segment_key(lock_key))
-                started += claimed
-                waiting = waiting or not claimed
-        # A keyed job left behind may be waiting for a segment that one of this node's
-        # jobs holds: when that job ends, its slot's wake should claim it at once.
-        self.more_ready = started >= room or waiting
+                started += self._try_job(job_id, segment_key(lock_key))
+        # A job left behind because its segment is busy is not "more ready": claiming
+        # again at once would only find it busy again. A segment held here wakes the
+        # scheduler when it is given back (see _release_segment); one held elsewhere
+        # is tried again at the next poll.
+        self.more_ready = started >= room
         return started
 
     def _claim_keyless(self, room: int) -> int:
@@ -102,8 +105,10 @@ class DistributedScheduler(Scheduler):
             self.ctx.node_id, lease, limit, keyless=True), keyless=True)
 
     def _try_job(self, job_id: int, key: str) -> int:
-        if key in self._busy:
-            return 0  # this node's job of the segment is still stopping
+        if key in self._busy:  # this node's job of the segment runs, or is still stopping
+            self._wanted.add(key)
+            if key in self._busy:  # looked at again: a give-back from now on wakes us
+                return 0
         lease = self.acquire_timed(lambda: self.ctx.locks.acquire(key, blocking=False),
                                    "segment")
         if lease is None:
@@ -133,8 +138,10 @@ class DistributedScheduler(Scheduler):
 
     def _release_segment(self, lease: Lease) -> None:
         self._segments -= 1
+        lease.release()  # first, so that a claim that no longer finds it busy may take it
         self._busy.discard(lease.key)
-        lease.release()
+        if lease.key in self._wanted:
+            self.ctx.wake.set()
 
     def held_locks(self) -> int:
         return self._segments  # one segment lock per running job with a lock_key

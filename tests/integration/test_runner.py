@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -390,6 +391,68 @@ def test_a_segment_whose_job_is_still_stopping_is_not_taken_again(store: Store,
     finally:
         harness.close()
     assert store.jobs.get(second).state in (State.READY, State.RUNNING, State.SUCCEED)
+
+
+def _run_scheduler(scheduler) -> threading.Thread:
+    scheduler.ctx.present.set()
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop_scheduler(scheduler, thread: threading.Thread) -> None:
+    scheduler.ctx.stopping.set()
+    scheduler.ctx.wake.set()
+    thread.join(5)
+
+
+def test_a_job_whose_segment_another_node_holds_is_looked_at_once_a_poll(
+        store: Store, monkeypatch) -> None:
+    """A busy segment is no reason to claim again at once: the scheduler would only find
+    it busy again, in a loop as fast as the store answers."""
+    store.servers.register("A", "h", 1, "distributed", 4)
+    submit(store, lock_key="one")
+    memory = create_lock_backend("memory", record_fence=store.epochs.advance)
+    held_elsewhere = memory.acquire(segment_key("one"))
+    peeks: list[float] = []
+    peek = store.runs.peek
+    monkeypatch.setattr(store.runs, "peek",
+                        lambda *args, **kwargs: (peeks.append(time.monotonic()),
+                                                 peek(*args, **kwargs))[1])
+    harness = Harness(store, "A")
+    scheduler = DistributedScheduler(harness.context(memory))
+    thread = _run_scheduler(scheduler)
+    try:
+        wait_for(lambda: len(peeks) >= 11, what="ten more looks at the queue")
+    finally:
+        _stop_scheduler(scheduler, thread)
+        harness.close()
+        held_elsewhere.release()
+    poll = CONFIG.scheduler.poll_interval
+    assert peeks[10] - peeks[0] >= 10 * poll * 0.8, "the scheduler looked without waiting"
+
+
+def test_a_segment_given_back_here_wakes_the_job_waiting_for_it(store: Store,
+                                                                tmp_path: Path) -> None:
+    """Two jobs of one segment on one node: the second starts as soon as the first
+    gives the segment back, not at the next poll."""
+    store.servers.register("A", "h", 1, "distributed", 4)
+    first = submit(store, lock_key="one", steps=[
+        {"name": "s", "type": "shell", "argv": ["sleep", "0.3"]}])
+    second = submit(store, lock_key="one")
+    memory = create_lock_backend("memory", record_fence=store.epochs.advance)
+    slow_poll = load_config(environ={"JOBSERVER_SCHEDULER__POLL_INTERVAL": "60",
+                                     "JOBSERVER_SERVER__HEARTBEAT_INTERVAL": "60"})
+    harness = Harness(store, "A")
+    scheduler = DistributedScheduler(harness.context(memory))
+    scheduler.ctx.config = slow_poll
+    thread = _run_scheduler(scheduler)
+    try:
+        assert harness.finished(first).state is State.SUCCEED
+        assert harness.finished(second, timeout=20).state is State.SUCCEED
+    finally:
+        _stop_scheduler(scheduler, thread)
+        harness.close()
 
 
 def leading(harness: Harness, locks) -> LeaderScheduler:

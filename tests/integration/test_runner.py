@@ -334,10 +334,12 @@ def test_a_segment_lock_that_outlived_the_presence_lock_claims_nothing(store: St
 
 
 def _stubborn_step(started: Path) -> list[dict]:
-    """A shell step that notes its job id and then ignores SIGTERM: only the SIGKILL
-    after the kill grace stops it, so its job is seen while it is being stopped."""
+    """A shell step that notes its job id and, in the job's first attempt, ignores
+    SIGTERM: only the SIGKILL after the kill grace stops it, so its job is seen while
+    it is being stopped. A later attempt stops at once when the test ends."""
     return [{"name": "s", "type": "shell", "argv": [
-        "sh", "-c", f"trap '' TERM; echo $JOBSERVER_JOB_ID >> {started}; sleep 30"]}]
+        "sh", "-c", f'[ "$JOBSERVER_JOB_ATTEMPT" = 1 ] && trap "" TERM; '
+                    f"echo $JOBSERVER_JOB_ID >> {started}; sleep 30"]}]
 
 
 def test_a_segment_lost_before_its_job_started_still_stops_it(store: Store, tmp_path: Path,

@@ -29,6 +29,7 @@ from jobserver.api.requests import parse_query as _query
 from jobserver.batches.audit import AUDIT_STATUSES, WORK_UNITS, AuditFilter
 from jobserver.batches.planner import RunRequest, plan_run
 from jobserver.batches.records import RunStatus, Status
+from jobserver.batches.repos import audit_repository, batch_config_catalog, batch_store
 from jobserver.batches.serialize import (audit_json, batch_json, config_json, run_json)
 from jobserver.batches.spec import BatchConfig, parse_batch_config
 from jobserver.batches.watermarks import Sources, check_sources
@@ -72,15 +73,15 @@ class PutQuery(BaseModel):
 def list_batches() -> ResponseReturnValue:
     """The control table, newest business date first."""
     query = _query(ListQuery)
-    found = api().store.batches.list(BatchFilter(query.system, query.location, query.status,
-                                                 query.since, query.until, query.limit))
+    found = batch_store(api().store).list(BatchFilter(query.system, query.location, query.status,
+                                                      query.since, query.until, query.limit))
     return {"batches": [batch_json(batch) for batch in found]}
 
 
 @blueprint.get("/audit")
 def batch_audit() -> ResponseReturnValue:
     query = _query(AuditQuery)
-    rows = api().store.batch_audit.rows(AuditFilter(
+    rows = audit_repository(api().store).rows(AuditFilter(
         query.system, query.location, query.since, query.until, query.stage,
         query.work_unit, query.status, query.limit))
     return {"audit": [audit_json(row) for row in rows]}
@@ -108,17 +109,17 @@ def _sources() -> Sources:
 
 @blueprint.get(f"/runs/<int(max={MAX_ID}):run_id>")
 def get_batch_run(run_id: int) -> ResponseReturnValue:
-    return run_json(api().store.batches.run(run_id))
+    return run_json(batch_store(api().store).run(run_id))
 
 
 @blueprint.get("/configs")
 def list_batch_configs() -> ResponseReturnValue:
-    return {"configs": [config_json(config) for config in api().store.batch_configs.list()]}
+    return {"configs": [config_json(config) for config in batch_config_catalog(api().store).list()]}
 
 
 @blueprint.get("/configs/<name>")
 def get_batch_config(name: str) -> ResponseReturnValue:
-    return config_json(api().store.batch_configs.get(name))
+    return config_json(batch_config_catalog(api().store).get(name))
 
 
 @blueprint.put("/configs/<name>")
@@ -132,7 +133,7 @@ def put_batch_config(name: str) -> ResponseReturnValue:
     config = parse_batch_config(body)
     _check_jobs(config)
     check_sources(config, requester(), api().config.watermark_root)
-    result = api().store.batch_configs.put(config, dry_run)
+    result = batch_config_catalog(api().store).put(config, dry_run)
     reply = {"config": None if result.config is None else config_json(result.config),
              "change": result.change, "changed": result.changed, "dry_run": dry_run}
     return reply, 201 if result.change == CREATED and not dry_run else 200
@@ -159,5 +160,5 @@ def _check_jobs(config: BatchConfig) -> None:
 
 @blueprint.delete("/configs/<name>")
 def delete_batch_config(name: str) -> ResponseReturnValue:
-    api().store.batch_configs.delete(name)
+    batch_config_catalog(api().store).delete(name)
     return "", 204

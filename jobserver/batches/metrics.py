@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from jobserver.batches.repos import batch_store
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
@@ -27,7 +29,7 @@ def batch_metrics(store: Store) -> Iterator[Metric]:
     lag = GaugeMetricFamily("jobserver_batch_lag_periods",
                             "Batches (business dates) after the newest SUCCESS one that "
                             "are not SUCCESS yet", labels=labels)
-    for system, location, best, behind in store.batches.progress():
+    for system, location, best, behind in batch_store(store).progress():
         if best is not None:
             midnight = datetime(best.year, best.month, best.day, tzinfo=timezone.utc)
             newest.add_metric((system, location), midnight.timestamp())

@@ -18,6 +18,7 @@ from datetime import date
 
 from jobserver.batches.audit import AuditRow
 from jobserver.batches.records import BatchRecord
+from jobserver.batches.repos import audit_repository, batch_store
 from jobserver.batches.store import MAX_PAGE, BatchFilter
 from jobserver.store import Store
 
@@ -52,13 +53,13 @@ def batch_grid(store: Store, system: str | None = None, location: str | None = N
                before: date | None = None, columns: int = COLUMNS) -> BatchGrid:
     """The grid of the ``columns`` newest business dates before ``before`` (all
     when None), oldest on the left; ``older`` is the ``before`` of the next page."""
-    newest_first = store.batches.business_dates(system, location, before, columns + 1)
+    newest_first = batch_store(store).business_dates(system, location, before, columns + 1)
     dates = sorted(newest_first[:columns])
     grid = BatchGrid(dates, older=dates[0] if len(newest_first) > columns else None)
     if not dates:
         return grid
-    found = store.batches.list(BatchFilter(system, location, None, dates[0], dates[-1],
-                                           MAX_CELLS))
+    found = batch_store(store).list(BatchFilter(system, location, None, dates[0], dates[-1],
+                                                MAX_CELLS))
     grid.truncated = len(found) >= MAX_CELLS
     rows: dict[tuple[str, str, str], GridRow] = {}
     for batch in found:
@@ -77,5 +78,5 @@ class BatchAuditPage:
 def batch_audit(store: Store, batch_id: int) -> BatchAuditPage:
     """One batch and its work units (it, its stages, their jobs); :class:`NotFound`
     if there is no such batch."""
-    batch = store.batches.get(batch_id)
-    return BatchAuditPage(batch, store.batch_audit.of_batch(batch))
+    batch = batch_store(store).get(batch_id)
+    return BatchAuditPage(batch, audit_repository(store).of_batch(batch))

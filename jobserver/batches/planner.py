@@ -30,6 +30,7 @@ from sqlalchemy import Connection
 from jobserver.batches.compose import launch_key, period_end, periods, stage_job
 from jobserver.batches.records import (BatchRecord, PlanItem, RunRecord, RunStatus,
                                        StageRecord, Status)
+from jobserver.batches.repos import batch_config_catalog, batch_store
 from jobserver.batches.sources import read_source
 from jobserver.batches.spec import BatchConfig, Period, SystemStages
 from jobserver.batches.watermarks import Sources
@@ -74,7 +75,7 @@ def _field(field: str, message: str) -> None:
 
 def scope_of(store: Store, request: RunRequest, policy: Policy) -> Scope:
     """Check the request against its system's config; the stages it runs."""
-    config = store.batch_configs.for_system(request.system)
+    config = batch_config_catalog(store).for_system(request.system)
     entry = config.system(request.system) if config else None
     if config is None or entry is None:
         _field("system", f"unknown system {request.system!r}: no batch config maps it")
@@ -138,19 +139,19 @@ def plan_run(store: Store, request: RunRequest, policy: Policy,
                 period_end(request.business_date, period) != request.business_date:
             _field("business_date", f"{request.business_date} is not a business date of "
                    f"a {period.value} system: month ends only")
-    with store.batches.write() as conn:
+    with batch_store(store).write() as conn:
         note = _add_batches(store, conn, scope, request, watermark)
-        found = store.batches.open_batches(conn, request.system, request.location,
-                                           request.context, request.business_date)
+        found = batch_store(store).open_batches(conn, request.system, request.location,
+                                                request.context, request.business_date)
         plan = _plan(scope, found)
         if not plan:
             return _nothing(store, conn, request, note)
         requester.charge(len(plan))
-        run_id = store.batches.insert_run(conn, request.system, request.location,
-                                          request.context, request.stage, plan,
-                                          RunStatus.RUNNING, requester=requester.actor)
-        advance(store, conn, scope.config, store.batches.run_in(conn, run_id), policy)
-        return store.batches.run_in(conn, run_id)
+        run_id = batch_store(store).insert_run(conn, request.system, request.location,
+                                               request.context, request.stage, plan,
+                                               RunStatus.RUNNING, requester=requester.actor)
+        advance(store, conn, scope.config, batch_store(store).run_in(conn, run_id), policy)
+        return batch_store(store).run_in(conn, run_id)
 
 
 def _add_batches(store: Store, conn: Connection, scope: Scope, request: RunRequest,
@@ -159,8 +160,8 @@ def _add_batches(store: Store, conn: Connection, scope: Scope, request: RunReque
     if not scope.first or watermark is None:
         return "only the system's first stage adds business dates"
     period = _period(scope, request)
-    last = store.batches.last_business_date(conn, request.system, request.location,
-                                            request.context)
+    last = batch_store(store).last_business_date(conn, request.system, request.location,
+                                                 request.context)
     if request.business_date is not None:
         dates = [request.business_date]
         if last is None or request.business_date > last:
@@ -170,8 +171,8 @@ def _add_batches(store: Store, conn: Connection, scope: Scope, request: RunReque
                                        request.business_date, period)) | set(dates))
     else:
         dates = periods(last, scope.system.start_date, watermark, period)
-    added = store.batches.create_batches(conn, request.system, request.location,
-                                         request.context, dates, list(scope.system.stages))
+    added = batch_store(store).create_batches(conn, request.system, request.location,
+                                              request.context, dates, list(scope.system.stages))
     return (f"{added} new business date(s) up to the watermark {watermark}" if added else
             f"no new business date after {last} (watermark {watermark})")
 
@@ -220,9 +221,9 @@ def _status(batch: BatchRecord, stage: str) -> Status:
 def _nothing(store: Store, conn: Connection, request: RunRequest, note: str) -> RunRecord:
     message = f"nothing to run: {note}; every batch in scope is SUCCESS or waits for an " \
               "earlier stage"
-    run_id = store.batches.insert_run(conn, request.system, request.location, request.context,
-                                      request.stage, [], RunStatus.NOTHING, message)
-    return store.batches.run_in(conn, run_id)
+    run_id = batch_store(store).insert_run(conn, request.system, request.location, request.context,
+                                           request.stage, [], RunStatus.NOTHING, message)
+    return batch_store(store).run_in(conn, run_id)
 
 
 def advance(store: Store, conn: Connection, config: BatchConfig | None, run: RunRecord,
@@ -232,7 +233,7 @@ def advance(store: Store, conn: Connection, config: BatchConfig | None, run: Run
     position, status, message = run.position, RunStatus.RUNNING, None
     while position < len(run.plan):
         item = run.plan[position]
-        stage = store.batches.stage(conn, item.batch_id, item.stage)
+        stage = batch_store(store).stage(conn, item.batch_id, item.stage)
         if stage.status is Status.SUCCESS:
             position += 1
             continue
@@ -247,7 +248,7 @@ def advance(store: Store, conn: Connection, config: BatchConfig | None, run: Run
     else:
         status = RunStatus.SUCCESS
     if (position, status) != (run.position, run.status):
-        store.batches.move_run(conn, run, position, status, message)
+        batch_store(store).move_run(conn, run, position, status, message)
 
 
 def launch(store: Store, conn: Connection, config: BatchConfig | None, run: RunRecord,
@@ -261,7 +262,7 @@ def launch(store: Store, conn: Connection, config: BatchConfig | None, run: RunR
         dependencies = validate_job(spec, policy)
     except InvalidRequest as exc:
         return f"{item.stage} of {item.business_date} cannot start: {exc.message}"
-    if not store.batches.claim_stage(conn, stage, run.id):
+    if not batch_store(store).claim_stage(conn, stage, run.id):
         return None  # another run or node moved it: the next round sees where it is
     actor = Requester(run.requester).on_behalf(f"batch {run.system}/{run.location}")
     if (stage.status is Status.FAILED and stage.job_id is not None
@@ -275,7 +276,7 @@ def launch(store: Store, conn: Connection, config: BatchConfig | None, run: RunR
                      stage.runs + 1)
     job_ids = store.jobs.submit_keyed([KeyedSubmit(spec, dependencies, key, None, actor)],
                                       conn=conn)
-    store.batches.set_stage_job(conn, item.batch_id, item.stage, job_ids[key])
+    batch_store(store).set_stage_job(conn, item.batch_id, item.stage, job_ids[key])
     log.info("batch %s/%s %s: stage %s launched as job %s (run %s)", run.system, run.location,
              item.business_date, item.stage, job_ids[key], run.id)
     return None

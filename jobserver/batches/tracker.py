@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from jobserver.batches.planner import advance
+from jobserver.batches.repos import batch_config_catalog, batch_store
 from jobserver.batches.spec import BatchConfig, load_spec
 from jobserver.planner import PlannerLoop, PlannerSeat
 from jobserver.spec import Policy
@@ -44,6 +45,8 @@ class BatchTracker(PlannerLoop):
                  interval: float = INTERVAL, stopping: threading.Event | None = None) -> None:
         super().__init__("batch-tracker", seat, interval, stopping=stopping)
         self._store = store
+        self._batches = batch_store(store)
+        self._catalog = batch_config_catalog(store)
         self._policy = policy
 
     def round(self, lease: Lease) -> float:
@@ -56,22 +59,22 @@ class BatchTracker(PlannerLoop):
         configs = self._configs()
         with self._transaction(key, fence) as conn:
             settled = 0
-            for done in self._store.batches.finished_stages(conn):
-                settled += self._store.batches.settle(conn, done)
-            for run_id in self._store.batches.active_runs(conn):
-                run = self._store.batches.run_in(conn, run_id)
+            for done in self._batches.finished_stages(conn):
+                settled += self._batches.settle(conn, done)
+            for run_id in self._batches.active_runs(conn):
+                run = self._batches.run_in(conn, run_id)
                 advance(self._store, conn, configs.get(run.system), run, self._policy)
         return settled
 
     def _transaction(self, key: str | None,
                      fence: int | None) -> AbstractContextManager[Connection]:
         if key is None or fence is None:  # driven by hand (tests), not from a seat
-            return self._store.batches.write()
+            return self._batches.write()
         return fenced(self._store.tx, key, fence, "another node tracking batches")
 
     def _configs(self) -> dict[str, BatchConfig]:
         found: dict[str, Any] = {}
-        for record in self._store.batch_configs.list():
+        for record in self._catalog.list():
             config = load_spec(record.spec)
             found.update((system, config) for system in record.systems)
         return found

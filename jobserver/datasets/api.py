@@ -24,6 +24,7 @@ from jobserver.api.requests import (ID_CURSOR, body_limit, id_cursor, json_objec
                                     named_as_url, parse_query)
 from jobserver.datasets.catalog import CREATED, MAX_PAGE
 from jobserver.datasets.filters import MAX_CONDITIONS
+from jobserver.datasets.repos import dataset_catalog, partition_repository
 from jobserver.datasets.serialize import dataset_json, partition_json
 from jobserver.datasets.spec import parse_dataset
 from jobserver.names import IDENT
@@ -67,21 +68,21 @@ def _location(namespace: str, name: str) -> dict[str, str]:
 def list_datasets() -> ResponseReturnValue:
     query = parse_query(ListQuery)
     after = tuple(query.cursor.split("/", 1)) if query.cursor else None
-    page, following = api().store.datasets.list(query.namespace, query.limit,
-                                                after)  # type: ignore[arg-type]
+    page, following = dataset_catalog(api().store).list(query.namespace, query.limit,
+                                                        after)  # type: ignore[arg-type]
     return {"datasets": [dataset_json(dataset) for dataset in page],
             "next_cursor": "/".join(following) if following else None}
 
 
 @blueprint.post("")
 def create_dataset() -> ResponseReturnValue:
-    dataset = api().store.datasets.create(parse_dataset(json_object()))
+    dataset = dataset_catalog(api().store).create(parse_dataset(json_object()))
     return dataset_json(dataset), 201, _location(dataset.namespace, dataset.name)
 
 
 @blueprint.get(DATASET)
 def get_dataset(namespace: str, name: str) -> ResponseReturnValue:
-    return dataset_json(api().store.datasets.get(namespace, name))
+    return dataset_json(dataset_catalog(api().store).get(namespace, name))
 
 
 @blueprint.put(DATASET)
@@ -90,7 +91,7 @@ def put_dataset(namespace: str, name: str) -> ResponseReturnValue:
     when given, must be the URL's."""
     dry_run = parse_query(PutQuery).dry_run
     spec = parse_dataset(named_as_url(json_object(), namespace, name))
-    result = api().store.datasets.put(spec, dry_run)
+    result = dataset_catalog(api().store).put(spec, dry_run)
     reply = {"dataset": None if result.dataset is None else dataset_json(result.dataset),
              "change": result.change, "changed": result.changed, "dry_run": dry_run}
     created = result.change == CREATED and not dry_run
@@ -99,7 +100,7 @@ def put_dataset(namespace: str, name: str) -> ResponseReturnValue:
 
 @blueprint.delete(DATASET)
 def delete_dataset(namespace: str, name: str) -> ResponseReturnValue:
-    api().store.datasets.delete(namespace, name)
+    dataset_catalog(api().store).delete(namespace, name)
     return "", 204
 
 
@@ -108,7 +109,7 @@ def list_partitions(namespace: str, name: str) -> ResponseReturnValue:
     """A page of partitions matching every ``where`` condition, newest first or oldest
     first (by when they were added)."""
     query = parse_query(PartitionsQuery, where=request.args.getlist("where"))
-    dataset, page, following = api().store.partitions.list(
+    dataset, page, following = partition_repository(api().store).list(
         namespace, name, query.where, query.order == "newest", query.limit,
         id_cursor(query.cursor))
     return {"dataset": dataset.full_name,
@@ -126,7 +127,7 @@ def add_partitions(namespace: str, name: str) -> ResponseReturnValue:
         refuse([{"field": "if_absent", "message": "expected true or false"}])
     single = "partitions" not in body
     items, where = ([body], "") if single else (_batch(body), "partitions")
-    result = api().store.partitions.add(namespace, name, items, if_absent, where, single)
+    result = partition_repository(api().store).add(namespace, name, items, if_absent, where, single)
     reply: dict[str, Any] = {
         "added": result.added, "skipped": result.skipped,
         "partition": None if result.partition is None else partition_json(result.partition)}
@@ -145,8 +146,8 @@ def delete_partitions(namespace: str, name: str) -> ResponseReturnValue:
     if not isinstance(missing_ok, bool):
         problems.append({"field": "missing_ok", "message": "expected true or false"})
     refuse(problems)
-    deleted, missing = api().store.partitions.delete(namespace, name, keys,  # type: ignore
-                                                     missing_ok)
+    deleted, missing = partition_repository(api().store).delete(namespace, name, body["keys"],
+                                                                missing_ok)
     return {"deleted": deleted, "missing": missing}
 
 

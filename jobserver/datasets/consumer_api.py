@@ -25,6 +25,7 @@ from jobserver.api.serialize import time_text
 from jobserver.datasets.api import DATASET, PutQuery, blueprint
 from jobserver.datasets.consumer_spec import parse_consumer
 from jobserver.datasets.consumers import CREATED, LAG_CAP, ConsumerView
+from jobserver.datasets.repos import consumer_catalog
 from jobserver.exceptions import InvalidRequest
 
 CONSUMER = f"{DATASET}/consumers/<consumer>"
@@ -59,13 +60,13 @@ def _body(namespace: str, name: str, consumer: str) -> dict[str, Any]:
 
 @blueprint.get(f"{DATASET}/consumers")
 def list_consumers(namespace: str, name: str) -> ResponseReturnValue:
-    views = api().store.consumers.list(namespace, name, lag_cap=LAG_CAP)
+    views = consumer_catalog(api().store).list(namespace, name, lag_cap=LAG_CAP)
     return {"dataset": f"{namespace}/{name}", "consumers": [consumer_json(v) for v in views]}
 
 
 @blueprint.get(CONSUMER)
 def get_consumer(namespace: str, name: str, consumer: str) -> ResponseReturnValue:
-    return consumer_json(api().store.consumers.get(namespace, name, consumer))
+    return consumer_json(consumer_catalog(api().store).get(namespace, name, consumer))
 
 
 @blueprint.put(CONSUMER)
@@ -73,7 +74,7 @@ def put_consumer(namespace: str, name: str, consumer: str) -> ResponseReturnValu
     """Create or update the consumer to match the body."""
     dry_run = parse_query(PutQuery).dry_run
     spec = parse_consumer(_body(namespace, name, consumer))
-    view, change, changed = api().store.consumers.put(
+    view, change, changed = consumer_catalog(api().store).put(
         spec, dry_run, max_consumers=api().config.datasets.max_consumers)
     reply = {"consumer": None if view is None else consumer_json(view), "change": change,
              "changed": changed, "dry_run": dry_run}
@@ -83,11 +84,11 @@ def put_consumer(namespace: str, name: str, consumer: str) -> ResponseReturnValu
 
 @blueprint.delete(CONSUMER)
 def delete_consumer(namespace: str, name: str, consumer: str) -> ResponseReturnValue:
-    api().store.consumers.delete(namespace, name, consumer)
+    consumer_catalog(api().store).delete(namespace, name, consumer)
     return "", 204
 
 
 @blueprint.post(f"{CONSUMER}/reset-failed")
 def reset_failed(namespace: str, name: str, consumer: str) -> ResponseReturnValue:
     """Put the consumer's FAILED partitions back to NEW, to be consumed again."""
-    return {"reset": api().store.consumers.reset_failed(namespace, name, consumer)}
+    return {"reset": consumer_catalog(api().store).reset_failed(namespace, name, consumer)}

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from sqlalchemy import Connection, select
 
 from jobserver.datasets.records import DatasetRecord, PartitionRecord
+from jobserver.datasets.repos import partition_repository
 from jobserver.datasets.tables import datasets
 from jobserver.store import Store
 from jobserver.store.feed import Cursor, load_cursor, save_cursor
@@ -35,7 +36,7 @@ class NewPartitions:
     ``PartitionFeed``."""
 
     def __init__(self, store: Store, reader: str = "schedules") -> None:
-        self._store = store
+        self._partitions = partition_repository(store)
         self._reader = reader
 
     def read(self, conn: Connection, limit: int, names: set[str]) -> list[NewBatch]:
@@ -50,11 +51,11 @@ class NewPartitions:
                 continue
             name = f"{self._reader}:dataset:{dataset.id}"
             cursor = load_cursor(conn, name, functools.partial(self._head, dataset=dataset))
-            new = self._store.partitions.read_after(conn, dataset, cursor, limit)
+            new = self._partitions.read_after(conn, dataset, cursor, limit)
             if new:
                 save_cursor(conn, name, new[-1].cursor)
                 found.append(NewBatch(dataset, new))
         return found
 
     def _head(self, conn: Connection, dataset: DatasetRecord) -> Cursor:
-        return self._store.partitions.head(conn, dataset)
+        return self._partitions.head(conn, dataset)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from jobserver.datasets.repos import consumer_catalog
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
@@ -39,7 +41,7 @@ def consumer_metrics(store: Store) -> Iterator[Metric]:
     failed = CounterMetricFamily("jobserver_consumer_partitions_failed",
                                  "Partitions that became FAILED after max_retries",
                                  labels=labels)
-    for view in store.consumers.all(lag_cap=LAG_CAP):
+    for view in consumer_catalog(store).all(lag_cap=LAG_CAP):
         series = (view.dataset.full_name, view.spec.name)
         lag.add_metric(series, view.lag)
         capped.add_metric(series, float(view.lag_capped))

@@ -24,6 +24,7 @@ from typing import Any
 
 from jobserver.datasets.partitions import Producer
 from jobserver.datasets.records import DatasetRecord
+from jobserver.datasets.repos import dataset_catalog, partition_repository
 from jobserver.datasets.spec import MAX_BATCH, NewPartition, check_partition
 from jobserver.exceptions import Conflict, InvalidRequest, NotFound
 from jobserver.names import IDENT
@@ -94,8 +95,9 @@ def add_outputs(store: Store, token: ClaimToken, step: str, items: list[Any]) ->
         with store.tx.write() as conn:
             if not holds(conn, token):
                 return 0  # an operator stopped the job: its step's SUCCEED is dropped too
-            return sum(store.partitions.add_checked(conn, dataset, batch, producer=producer,
-                                                    where="").added
+            partitions = partition_repository(store)
+            return sum(partitions.add_checked(conn, dataset, batch, producer=producer,
+                                              where="").added
                        for dataset, batch in groups)
     except (InvalidRequest, NotFound, Conflict) as exc:
         raise OutputError(f"partition output: {exc.message}") from None
@@ -119,7 +121,7 @@ def _checked(store: Store, items: list[Any]) -> list[tuple[DatasetRecord, list[N
         if name not in datasets:
             try:
                 with store.tx.read() as conn:
-                    datasets[name] = store.datasets.find(conn, *name)
+                    datasets[name] = dataset_catalog(store).find(conn, *name)
             except NotFound as exc:
                 raise OutputError(f"{where}: {exc.message}") from None
         body = {field: value for field, value in item.items() if field != "dataset"}

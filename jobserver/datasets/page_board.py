@@ -25,6 +25,7 @@ from jobserver.datasets.filters import Filter
 from sqlalchemy import func, literal, select
 
 from jobserver.datasets.records import DatasetRecord, PartitionRecord
+from jobserver.datasets.repos import consumer_catalog, dataset_catalog, partition_repository
 from jobserver.datasets.tables import partitions
 from jobserver.exceptions import InvalidRequest
 from jobserver.store import Store
@@ -81,7 +82,7 @@ class DatasetPage:
 def dataset_rows(store: Store, after: tuple[str, str] | None = None, limit: int = PAGE,
                  ) -> tuple[list[DatasetRecord], tuple[str, str] | None]:
     """A page of datasets by (namespace, name) and the ``after`` of the next page."""
-    return store.datasets.list(None, limit, after)
+    return dataset_catalog(store).list(None, limit, after)
 
 
 def partition_counts(store: Store, dataset_ids: list[int],
@@ -120,11 +121,11 @@ def refused(dataset: DatasetRecord, query: PartitionQuery) -> list[dict[str, str
 def dataset_page(store: Store, namespace: str, name: str,
                  query: PartitionQuery = PartitionQuery()) -> DatasetPage:
     """The dataset's page; :class:`NotFound` if there is no such dataset."""
-    dataset = store.datasets.get(namespace, name, count=False)
-    consumers = store.consumers.list(namespace, name, lag_cap=LAG_CAP)
+    dataset = dataset_catalog(store).get(namespace, name, count=False)
+    consumers = consumer_catalog(store).list(namespace, name, lag_cap=LAG_CAP)
     problems = refused(dataset, query)
     if problems:
         return DatasetPage(dataset, [], None, consumers, problems)
-    _, page, following = store.partitions.list(namespace, name, query.conditions(),
-                                               query.newest_first, PAGE, query.cursor)
+    _, page, following = partition_repository(store).list(namespace, name, query.conditions(),
+                                                          query.newest_first, PAGE, query.cursor)
     return DatasetPage(dataset, page, following, consumers)

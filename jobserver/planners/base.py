@@ -166,7 +166,9 @@ class Planner:
 
     def repositories(self, store: Store) -> Mapping[str, Any]:
         """The planner's repositories over ``store.tx``, by the attribute name the
-        :class:`~jobserver.store.Store` gives them."""
+        :class:`~jobserver.store.Store` gives them. The store types them ``Any``; a
+        planner's own code reaches them through typed accessors of its own (the
+        built-in planners' ``repos`` modules), so that its calls are type-checked."""
         return {}
 
     def blueprints(self) -> Sequence[Blueprint]:

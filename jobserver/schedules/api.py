@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from jobserver.api import api
 from jobserver.api.auth import check_step_types
 from jobserver.api.caller import requester
+from jobserver.schedules.repos import schedule_catalog
 from jobserver.store.tokens import OPERATE
 from jobserver.api.requests import ID_CURSOR, named_as_url
 from jobserver.api.requests import id_cursor as _before
@@ -100,8 +101,8 @@ def list_schedules() -> ResponseReturnValue:
     if query.cursor:
         cursor_namespace, _, cursor_name = query.cursor.partition("/")
         after = (cursor_namespace, cursor_name)
-    page, following = api().store.schedules.list(query.namespace, query.enabled,
-                                                 query.limit, after)
+    page, following = schedule_catalog(api().store).list(query.namespace, query.enabled,
+                                                         query.limit, after)
     return {"schedules": [schedule_json(schedule) for schedule in page],
             "next_cursor": "/".join(following) if following else None}
 
@@ -111,13 +112,13 @@ def create_schedule() -> ResponseReturnValue:
     spec, enabled = _spec(_body())
     if enabled:
         _may_switch()
-    schedule = api().store.schedules.create(spec, bool(enabled), owner=requester().actor)
+    schedule = schedule_catalog(api().store).create(spec, bool(enabled), owner=requester().actor)
     return schedule_json(schedule), 201, _location(schedule.namespace, schedule.name)
 
 
 @blueprint.get(SCHEDULE)
 def get_schedule(namespace: str, name: str) -> ResponseReturnValue:
-    return schedule_json(api().store.schedules.get(namespace, name))
+    return schedule_json(schedule_catalog(api().store).get(namespace, name))
 
 
 @blueprint.put(SCHEDULE)
@@ -126,8 +127,8 @@ def put_schedule(namespace: str, name: str) -> ResponseReturnValue:
     when given, must be the URL's."""
     dry_run = _query(PutQuery).dry_run
     spec, enabled = _spec(named_as_url(_body(), namespace, name))
-    result = api().store.schedules.put(spec, enabled, dry_run, may_switch=_may_switch,
-                                       owner=requester().actor)
+    result = schedule_catalog(api().store).put(spec, enabled, dry_run, may_switch=_may_switch,
+                                               owner=requester().actor)
     reply = {"schedule": None if result.schedule is None else schedule_json(result.schedule),
              "change": result.change, "changed": result.changed, "dry_run": dry_run}
     created = result.change == CREATED and not dry_run
@@ -136,14 +137,14 @@ def put_schedule(namespace: str, name: str) -> ResponseReturnValue:
 
 @blueprint.delete(SCHEDULE)
 def delete_schedule(namespace: str, name: str) -> ResponseReturnValue:
-    api().store.schedules.delete(namespace, name)
+    schedule_catalog(api().store).delete(namespace, name)
     return "", 204
 
 
 @blueprint.post(f"{SCHEDULE}/<any(enable, disable):action>")
 def operate_schedule(namespace: str, name: str, action: str) -> ResponseReturnValue:
     _no_body(action)
-    catalog = api().store.schedules
+    catalog = schedule_catalog(api().store)
     operation = catalog.enable if action == "enable" else catalog.disable
     return schedule_json(operation(namespace, name))
 
@@ -152,7 +153,7 @@ def operate_schedule(namespace: str, name: str, action: str) -> ResponseReturnVa
 def schedule_jobs(namespace: str, name: str) -> ResponseReturnValue:
     """The schedule's schedule-jobs, pending and launched, newest first."""
     query = _query(JobsQuery)
-    page, following = api().store.schedules.schedule_jobs(
+    page, following = schedule_catalog(api().store).schedule_jobs(
         namespace, name, query.state, query.limit, _before(query.cursor))
     return {"schedule_jobs": [schedule_job_json(job) for job in page],
             "next_cursor": str(following) if following else None}
@@ -162,7 +163,7 @@ def schedule_jobs(namespace: str, name: str) -> ResponseReturnValue:
 def schedule_evaluations(namespace: str, name: str) -> ResponseReturnValue:
     """Why the schedule did or did not run, newest first."""
     query = _query(EvaluationsQuery)
-    page, following = api().store.schedules.evaluations(
+    page, following = schedule_catalog(api().store).evaluations(
         namespace, name, query.limit, _before(query.cursor))
     return {"evaluations": [evaluation_json(item) for item in page],
             "next_cursor": str(following) if following else None}

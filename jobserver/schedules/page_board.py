@@ -22,6 +22,7 @@ from datetime import datetime
 from sqlalchemy import select
 
 from jobserver.schedules.records import EvaluationRecord, ScheduleJobRecord, ScheduleRecord
+from jobserver.schedules.repos import schedule_catalog
 from jobserver.schedules.serialize import next_fire_time, stored_spec
 from jobserver.schedules.tables import schedule_jobs
 from jobserver.schedules.words import constraint_words, duration_words, trigger_words
@@ -72,7 +73,7 @@ def schedule_rows(store: Store, namespace: str | None = None,
                   after: tuple[str, str] | None = None, limit: int = PAGE,
                   ) -> tuple[list[ScheduleRow], tuple[str, str] | None]:
     """A page of schedules by (namespace, name) and the ``after`` of the next page."""
-    records, following = store.schedules.list(namespace, None, limit, after)
+    records, following = schedule_catalog(store).list(namespace, None, limit, after)
     last = last_launched(store, [record.id for record in records])
     states = {job_id: state.value for job_id, state in store.jobs.states(
         list(last.values())).items()}
@@ -100,9 +101,9 @@ def last_launched(store: Store, schedule_ids: list[int]) -> dict[int, int]:
 
 def schedule_detail(store: Store, namespace: str, name: str) -> ScheduleDetail:
     """The schedule's page; :class:`NotFound` if there is no such schedule."""
-    record = store.schedules.get(namespace, name)
-    jobs, _ = store.schedules.schedule_jobs(namespace, name, limit=RECENT)
-    evaluations, _ = store.schedules.evaluations(namespace, name, limit=RECENT)
+    record = schedule_catalog(store).get(namespace, name)
+    jobs, _ = schedule_catalog(store).schedule_jobs(namespace, name, limit=RECENT)
+    evaluations, _ = schedule_catalog(store).evaluations(namespace, name, limit=RECENT)
     launched = [job.job_id for job in jobs if job.job_id is not None]
     states = {job_id: state.value for job_id, state in store.jobs.states(launched).items()}
     spec = stored_spec(record)

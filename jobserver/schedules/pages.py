@@ -20,6 +20,7 @@ from flask.typing import ResponseReturnValue
 from jobserver.api import api
 from jobserver.schedules.api import NAME_CURSOR
 from jobserver.schedules.page_board import schedule_detail, schedule_rows
+from jobserver.schedules.repos import schedule_catalog
 from jobserver.store.tokens import OPERATE, READ
 from jobserver.ui.blueprint import blueprint
 from jobserver.ui.pages import ui_action, ui_page
@@ -78,6 +79,6 @@ def schedule_live(namespace: str, name: str) -> ResponseReturnValue:
 @ui_action(OPERATE)
 def schedule_switch(namespace: str, name: str, action: str) -> ResponseReturnValue:
     """Enable or disable, then back to the page the switch was on."""
-    catalog = api().store.schedules
+    catalog = schedule_catalog(api().store)
     (catalog.enable if action == "enable" else catalog.disable)(namespace, name)
     return redirect(back_to("ui.schedule", namespace=namespace, name=name), 303)

@@ -44,6 +44,7 @@ from jobserver.views import limits
 from jobserver.views.catalog import CREATED, PutResult, ViewCatalog
 from jobserver.views.materialize import Materializer, Outcome, collector_paused
 from jobserver.views.model import Action, Mode, ViewState
+from jobserver.views.repos import view_repository
 from jobserver.views.status import PartitionStatus, view_status
 from jobserver.views.store import Definition
 
@@ -253,7 +254,7 @@ def _materialized(pattern: str, mode: Mode, plan: bool) -> dict[str, Any]:
 def invalidate() -> ResponseReturnValue:
     body: InvalidateBody = _parsed(InvalidateBody, _body())
     addresses = materializer().addresses(body.pattern)
-    changed = api().store.views.invalidate(addresses)
+    changed = view_repository(api().store).invalidate(addresses)
     return {"pattern": body.pattern, "addressed": len(addresses), "invalidated": changed}
 
 
@@ -263,7 +264,7 @@ def list_views() -> ResponseReturnValue:
     if query.offset and query.pattern is None:
         raise InvalidRequest("offset: pages through a pattern's partitions; give a pattern",
                              [{"field": "offset", "message": "only with a pattern"}])
-    report = view_status(materializer(), api().store.views, query.pattern, query.status,
+    report = view_status(materializer(), view_repository(api().store), query.pattern, query.status,
                          query.dependencies, query.limit, query.offset)
     reply: dict[str, Any] = {"overview": report.overview, "truncated": report.truncated,
                              "next_offset": report.next_offset}

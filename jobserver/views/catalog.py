@@ -20,6 +20,7 @@ from jobserver.resources import CREATED, digest, plan_put
 from jobserver.spec import Policy
 from jobserver.store import Store
 from jobserver.views.checksums import structure_checksum, version_checksum
+from jobserver.views.repos import view_repository
 from jobserver.views.spec import ViewSpec, load_view, parse_view, spec_json, validate_views
 from jobserver.views.store import Definition
 
@@ -37,7 +38,7 @@ class PutResult:
 
 class ViewCatalog:
     def __init__(self, store: Store, policy: Policy) -> None:
-        self._store = store
+        self._repository = view_repository(store)
         self._policy = policy
 
     def parse(self, body: Mapping[str, Any]) -> ViewSpec:
@@ -49,7 +50,7 @@ class ViewCatalog:
     def put(self, spec: ViewSpec, dry_run: bool = False) -> PutResult:
         """Create or replace the definition ``spec`` (from :meth:`parse`) once the set
         with it is valid (a dry run lets dependencies on unknown views pass)."""
-        others = [load_view(d.spec) for d in self._store.views.definitions()
+        others = [load_view(d.spec) for d in self._repository.definitions()
                   if d.name != spec.name]
         try:
             validate_views([*others, spec])
@@ -61,37 +62,37 @@ class ViewCatalog:
         document = spec_json(spec)
         structure, version = structure_checksum(spec), version_checksum(spec)
         spec_hash = digest(document)
-        current = self._store.views.get(spec.name)
+        current = self._repository.get(spec.name)
         structure_changed = current is not None and current.structure_checksum != structure
         if dry_run:
             stored = None if current is None else {"spec": current.spec,
                                                    "spec_hash": current.spec_hash}
             return PutResult(plan_put(stored, document, spec_hash)[0], current, 0,
                              structure_changed)
-        change, reset = self._store.views.put(spec.name, document, structure, version,
-                                              spec_hash)
-        return PutResult(change, self._store.views.get(spec.name), reset, structure_changed)
+        change, reset = self._repository.put(spec.name, document, structure, version,
+                                             spec_hash)
+        return PutResult(change, self._repository.get(spec.name), reset, structure_changed)
 
     def get(self, name: str) -> Definition:
-        found = self._store.views.get(name)
+        found = self._repository.get(name)
         if found is None:
             raise NotFound(f"no view named {name}", {"view": name})
         return found
 
     def list(self) -> list[Definition]:
-        return self._store.views.definitions()
+        return self._repository.definitions()
 
     def delete(self, name: str) -> None:
         """Drop a definition and its partitions' states; a view another depends on
         stays (409 naming the dependents)."""
         self.get(name)
-        dependents = sorted(d.name for d in self._store.views.definitions()
+        dependents = sorted(d.name for d in self._repository.definitions()
                             if any(dep.get("view") == name
                                    for dep in d.spec.get("dependencies", [])))
         if dependents:
             raise Conflict(f"{', '.join(dependents)} depend(s) on {name}; delete or change "
                            "them first", {"view": name, "dependents": dependents})
-        self._store.views.delete(name)
+        self._repository.delete(name)
 
 
 def _unknown_view(problem: Mapping[str, str]) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import select
 
 from jobserver.datasets.keys import KeyValueError, PartitionKey
+from jobserver.datasets.repos import dataset_catalog
 from jobserver.datasets.tables import KEY_COLUMNS, partitions
 from jobserver.store import Store
 from jobserver.views.model import ViewAddress
@@ -65,6 +66,7 @@ class DataTimes:
     def __init__(self, store: Store, views: Mapping[str, Any],
                  root: Path | None = None) -> None:
         self._store = store
+        self._catalog = dataset_catalog(store)
         self._views = views
         self._root = root
         self._datasets: dict[str, tuple[int, PartitionKey] | None] = {}
@@ -102,7 +104,7 @@ class DataTimes:
     def _dataset(self, address: ViewAddress) -> tuple[int, PartitionKey] | None:
         if address.name not in self._datasets:
             with self._store.tx.read() as conn:
-                record = self._store.datasets.find_or_none(conn, address.package, address.view)
+                record = self._catalog.find_or_none(conn, address.package, address.view)
             self._datasets[address.name] = (None if record is None
                                             else (record.id, record.partition_key))
         return self._datasets[address.name]

@@ -38,6 +38,7 @@ from jobserver.store.records import Actor
 from jobserver.views.lattice import instantiate
 from jobserver.views.patterns import parse_pattern
 from jobserver.views.planner import plan
+from jobserver.views.repos import view_repository
 from jobserver.views.spec import load_view
 from jobserver.views.templates import render_job
 from jobserver.views.data import DataTimes
@@ -90,6 +91,7 @@ class Materializer:
                  parse: Callable[[dict[str, Any]], Any] = load_view,
                  data_root: Path | None = None) -> None:
         self._store = store
+        self._repository = view_repository(store)
         self._render = render
         self._parse = parse
         self.policy = policy
@@ -101,7 +103,7 @@ class Materializer:
         """Every stored definition as the planning side's spec, parsed once per
         version."""
         found: dict[str, Any] = {}
-        for definition in self._store.views.definitions():
+        for definition in self._repository.definitions():
             cache_key = (definition.name, definition.spec_hash)
             if cache_key not in self._specs:
                 self._specs[cache_key] = self._parse(definition.spec)
@@ -133,7 +135,7 @@ class Materializer:
         lattice = instantiate(views, addresses, recursive=recursive)
         data_time = self._data_time(views)
         for attempt in range(1, MAX_REPLANS + 1):
-            stored = self._store.views.read(lattice.order)
+            stored = self._repository.read(lattice.order)
             decisions = plan(lattice, views, stored, mode, self._clock(), data_time)
             if plan_only:
                 return Outcome(decisions, planned_only=True)
@@ -163,7 +165,7 @@ class Materializer:
                    and (change := _change(decision, stored.get(decision.address))) is not None]
         if not changes:
             return {}
-        with self._store.views.writing() as conn:
+        with self._repository.writing() as conn:
             return self._write(conn, views, decisions, stored, changes, actor)
 
     def _write(self, conn: Connection, views: Mapping[str, Any], decisions: list[Decision],
@@ -176,12 +178,12 @@ class Materializer:
             # wait on each other's insert, which deadlocked when the waiting one held
             # partition rows the other was about to write.
             start_cursor(conn, JOBS_FEED)
-        self._store.views.apply(conn, changes)
+        self._repository.apply(conn, changes)
         self._release_left_flight(conn, decisions, stored, actor)
         jobs = {d.address: stored[d.address].job_id for d in decisions
                 if d.action is Action.JOIN and stored[d.address].job_id is not None}
         made = self._submit(conn, views, decisions, stored, jobs, actor)
-        self._store.views.set_jobs(conn, made)
+        self._repository.set_jobs(conn, made)
         jobs.update(made)
         return jobs  # type: ignore[return-value]
 

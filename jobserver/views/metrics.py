@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from jobserver.views.repos import view_repository
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
@@ -22,7 +24,7 @@ def view_metrics(store: Store) -> Iterator[Metric]:
     gauge = GaugeMetricFamily("jobserver_view_partitions",
                               "View partitions in the store by scheduling state",
                               labels=("state",))
-    counts = store.views.counts_by_state()
+    counts = view_repository(store).counts_by_state()
     for state in ViewState:
         gauge.add_metric((state.value,), counts.get(state.value, 0))
     yield gauge

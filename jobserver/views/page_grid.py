@@ -29,6 +29,7 @@ from jobserver.views.materialize import Materializer, Outcome
 from jobserver.views.mappings import DAY_PARAMS
 from jobserver.views.model import Action, Decision, Mode, ViewAddress, ViewState
 from jobserver.views.patterns import parse_pattern
+from jobserver.views.repos import view_repository
 
 #: Partitions a grid shows at most; a wider pattern is refused with the parser's message.
 MAX_CELLS = 1000
@@ -104,7 +105,7 @@ def view_grid(materializer: Materializer, store: Store, pattern: str) -> ViewGri
     except InvalidRequest as exc:
         grid.problem = exc.message
         return grid
-    stored = store.views.read(addresses)
+    stored = view_repository(store).read(addresses)
     views = materializer.definitions()
     rows: dict[tuple[str, str], GridRow] = {}
     columns: set[str] = set()
@@ -174,7 +175,7 @@ class Invalidation:
 
 def invalidation_of(materializer: Materializer, store: Store, pattern: str) -> Invalidation:
     addresses = _checked(materializer, pattern)
-    stored = store.views.read(addresses)
+    stored = view_repository(store).read(addresses)
     changing = [address for address in addresses if (row := stored.get(address)) is not None
                 and not row.state.in_flight and row.state is not ViewState.RECEIVE]
     return Invalidation(pattern, len(addresses), changing)
@@ -182,7 +183,7 @@ def invalidation_of(materializer: Materializer, store: Store, pattern: str) -> I
 
 def invalidate(materializer: Materializer, store: Store, pattern: str) -> int:
     """Invalidate what ``pattern`` addresses; how many partitions changed."""
-    return store.views.invalidate(_checked(materializer, pattern))
+    return view_repository(store).invalidate(_checked(materializer, pattern))
 
 
 def _checked(materializer: Materializer, pattern: str) -> list[ViewAddress]:

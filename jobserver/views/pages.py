@@ -29,6 +29,7 @@ from jobserver.views.api import materializer
 from jobserver.views.model import Mode, ViewState
 from jobserver.views.page_grid import (LISTED, Invalidation, Plan, invalidate, invalidation_of,
                                       materialize, plan_of, view_grid)
+from jobserver.views.repos import view_repository
 from jobserver.views.spec import load_view
 
 #: Cells a grid also lists as rows of a table, with their reasons in full.
@@ -70,7 +71,7 @@ def _grid(pattern: str) -> dict[str, Any]:
 @ui_page(READ)
 def views() -> ResponseReturnValue:
     found = _grid(_pattern(request.args))
-    definitions = [load_view(d.spec) for d in api().store.views.definitions()]
+    definitions = [load_view(d.spec) for d in view_repository(api().store).definitions()]
     invalidated = request.args.get("invalidated", "")
     refused = found["grid"] is not None and found["grid"].problem
     return render_template(

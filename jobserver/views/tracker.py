@@ -47,6 +47,7 @@ from jobserver.views.gates import release
 from jobserver.views.listeners import ViewSchedulingEvent
 from jobserver.views.materialize import JOBS_FEED, VIEWS, Materializer, job_key
 from jobserver.views.model import ViewState
+from jobserver.views.repos import view_repository
 from jobserver.views.store import CasConflict, Change, address_of
 from jobserver.views.tables import view_events, view_partitions
 from locks.base import Lease
@@ -66,6 +67,7 @@ class ViewTracker(PlannerLoop):
                  stopping: threading.Event | None = None) -> None:
         super().__init__("views", seat, config.poll_interval, stopping=stopping)
         self._store = store
+        self._repository = view_repository(store)
         self._config = config
         self._materializer = materializer
         self._publish = publish
@@ -81,7 +83,7 @@ class ViewTracker(PlannerLoop):
     def track(self, key: str, fence: int) -> bool:
         """One round under the lease (``key``, ``fence``); True if a feed had a full
         batch (the next round follows at once)."""
-        repo = self._store.views
+        repo = self._repository
         with repo.fenced(key, fence) as conn:
             cursor = load_cursor(conn, JOBS_FEED)
             finals = [event for event in final_events(conn, cursor, BATCH)]
@@ -114,7 +116,7 @@ class ViewTracker(PlannerLoop):
                     changes[index], item = self._retry(views, change, change.expected)
                     if item is not None:
                         retry[change.address] = item
-        self._store.views.apply(conn, changes)
+        self._repository.apply(conn, changes)
         self._resubmit(conn, retry)
         settled = [c.address for c in changes
                    if c.state in (ViewState.MATERIALIZED, ViewState.FAILED)]
@@ -160,7 +162,7 @@ class ViewTracker(PlannerLoop):
         if not retry:
             return
         ids = self._store.jobs.submit_keyed(list(retry.values()), conn=conn)
-        self._store.views.set_jobs(conn, {a: ids[item.key] for a, item in retry.items()})
+        self._repository.set_jobs(conn, {a: ids[item.key] for a, item in retry.items()})
 
     def _started(self, conn: Connection) -> None:
         """WAITING or RETRYING partitions whose job runs now → TRANSFORMING."""
@@ -168,7 +170,7 @@ class ViewTracker(PlannerLoop):
             jobs, jobs.c.id == view_partitions.c.job_id).where(
             view_partitions.c.state.in_((ViewState.WAITING.value, ViewState.RETRYING.value)),
             jobs.c.state == "RUNNING").limit(BATCH)).mappings().all()
-        self._store.views.apply(conn, [
+        self._repository.apply(conn, [
             Change(address_of(row["view"], row["values"]), row["row_version"],
                    ViewState(row["state"]), ViewState.TRANSFORMING, {},
                    f"job {row['job_id']} runs") for row in rows])

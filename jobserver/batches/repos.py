@@ -1,10 +1,5 @@
-"""The batches planner's repositories as their own types.
-
-The store hands an installed planner's repositories out by name (``store.batch_configs``),
-typed ``Any`` since the core knows no planner. Planner code reaches them through these
-accessors so that its calls are type-checked; they cost one attribute read and import
-nothing at run time.
-"""
+"""Typed accessors of the batches planner's repositories
+(:meth:`jobserver.planners.base.Planner.repositories` says why)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The datasets planner's repositories as their own types.
-
-The store hands an installed planner's repositories out by name (``store.datasets``),
-typed ``Any`` since the core knows no planner. Planner code reaches them through these
-accessors so that its calls are type-checked; they cost one attribute read and import
-nothing at run time.
-"""
+"""Typed accessors of the datasets planner's repositories
+(:meth:`jobserver.planners.base.Planner.repositories` says why)."""
 
 from __future__ import annotations
 

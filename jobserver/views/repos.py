@@ -1,18 +1,13 @@
-"""The views planner's repositories as their own types.
-
-The store hands an installed planner's repositories out by name (``store.views``),
-typed ``Any`` since the core knows no planner. Planner code reaches them through these
-accessors so that its calls are type-checked; they cost one attribute read and import
-nothing at run time.
-"""
+"""Typed accessors of the views planner's repositories
+(:meth:`jobserver.planners.base.Planner.repositories` says why)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from jobserver.views.store import ViewRepository
     from jobserver.store import Store
+    from jobserver.views.store import ViewRepository
 
 
 def view_repository(store: Store) -> ViewRepository:

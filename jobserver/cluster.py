@@ -34,6 +34,12 @@ from jobserver.store import Store
 START_TIMEOUT = 60.0
 
 
+def new_cluster_token() -> str:
+    """256 random bits in hex: a token that never starts with ``-``, which a command
+    line would read as an option (``--token -x…`` is refused by argparse)."""
+    return secrets.token_hex(32)
+
+
 def cluster_token(config: Config) -> str:
     if config.api.tokens:
         return config.api.tokens[0]
@@ -41,7 +47,7 @@ def cluster_token(config: Config) -> str:
     if path.exists():
         return path.read_text().strip()
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(32)
+    token = new_cluster_token()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(token + "\n")

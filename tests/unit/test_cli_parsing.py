@@ -10,6 +10,7 @@ import re
 import pytest
 
 from jobserver.cli import _parser
+from jobserver.cluster import new_cluster_token
 from jobserver.cli.parsing import commands
 
 #: reStructuredText that docstrings use and a terminal should not show.
@@ -123,3 +124,13 @@ def test_a_command_added_later_takes_the_global_options_too() -> None:
     args = parser.parse_args(["logs", "7", "--token", "T", "--log-level", "warning"])
     assert (args.id, args.token, args.log_level, args.client_command) == (7, "T", "WARNING",
                                                                           True)
+
+
+def test_a_token_the_launcher_makes_is_taken_after_token() -> None:
+    """The banner's token, typed after ``--token``: a random token starting with ``-``
+    (one in 64 of urlsafe base64) would be read as an option and refused."""
+    parser = _parser()
+    for _ in range(1000):
+        token = new_cluster_token()
+        args = parser.parse_args(["jobs", "--token", token])
+        assert args.token == token

@@ -49,6 +49,10 @@ class Parser(argparse.ArgumentParser):
     parsers of the same class)."""
 
     def error(self, message: str) -> NoReturn:
+        if message.endswith("expected one argument"):
+            # argparse reads a value starting with '-' as an option (a token such as
+            # '-7Yd…'); the '=' form takes any value.
+            message += " (a value starting with '-' is written --option=VALUE)"
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see: {self.prog} --help)\n")
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:

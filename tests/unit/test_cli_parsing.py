@@ -134,3 +134,13 @@ def test_a_token_the_launcher_makes_is_taken_after_token() -> None:
         token = new_cluster_token()
         args = parser.parse_args(["jobs", "--token", token])
         assert args.token == token
+
+
+def test_a_value_read_as_an_option_gets_the_equals_form_named(capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        _parser().parse_args(["jobs", "--token", "-7Ydt9sihQQCsqM9PX4A8CDeUvTuCLHjcn"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --token: expected one argument" in err
+    assert "--option=VALUE" in err and "Traceback" not in err
+    assert _parser().parse_args(["jobs", "--token=-7Ydt9sihQQ"]).token == "-7Ydt9sihQQ"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import urllib.error
 import urllib.request
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -81,7 +82,8 @@ def test_a_resumed_step_shows_its_own_attempt(resumed: Any) -> None:
     step = the_step(node, job_id)
     assert step["attempt"] == 2 and step["state"] == "RUNNING"
     assert {name: step[name] for name in FIGURES} == dict.fromkeys(FIGURES)
-    assert step["started_at"] > first["started_at"]
+    assert (datetime.fromisoformat(step["started_at"])
+            > datetime.fromisoformat(first["started_at"]))
 
     # Its live output is its own: it starts again at tick 1.
     def two_ticks() -> tuple[str, str] | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,11 @@ def cli(node: AttackNode, *args: str) -> list[list[str]]:
     return [line.split() for line in done.stdout.splitlines()]
 
 
+def moment(text: str) -> datetime:
+    """An API time as a time: compared as text, "…42Z" sorts after "…42.128Z"."""
+    return datetime.fromisoformat(text)
+
+
 def ledger_of(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
@@ -158,7 +164,8 @@ def test_invalidating_a_noop_view_recomputes_its_dependents(
     wait_for(lambda: len(ledger_of(ledger)) == 4, 30, 0.1, "Clean and Top to run again")
     after = lattice.settled()
     assert ledger_of(ledger) == ["clean", "top", "clean", "top"]
-    stamp = {path: (before[path]["transformed_at"], after[path]["transformed_at"])
+    stamp = {path: (moment(before[path]["transformed_at"]),
+                    moment(after[path]["transformed_at"]))
              for path in (lattice.raw, lattice.clean, lattice.top)}
     assert all(new > old for old, new in stamp.values()), stamp
     assert stamp[lattice.raw][1] < stamp[lattice.clean][1] < stamp[lattice.top][1], stamp

@@ -44,8 +44,7 @@ class DistributedScheduler(Scheduler):
 
     def __init__(self, ctx: SchedulerContext) -> None:
         super().__init__(ctx)
-        self._segments = 0
-        #: segments whose job this node still runs, its lease lost or not: a lost
+        #: segments whose job this node still runs, its lease lost or not (one each): a lost
         #: lease frees the lock at once, but the job stops only a moment later
         self._busy: set[str] = set()
         #: segments a peeked job found busy on this node: when one is given back, the
@@ -128,7 +127,6 @@ class DistributedScheduler(Scheduler):
         if not claimed:
             lease.release()  # taken by another node between peek and claim
             return 0
-        self._segments += 1
         self._busy.add(key)
         started = self.start(claimed, on_done=lambda: self._release_segment(lease))
         # Registered once the runner has the job, so that a loss at any moment since
@@ -137,14 +135,13 @@ class DistributedScheduler(Scheduler):
         return started
 
     def _release_segment(self, lease: Lease) -> None:
-        self._segments -= 1
         lease.release()  # first, so that a claim that no longer finds it busy may take it
         self._busy.discard(lease.key)
         if lease.key in self._wanted:
             self.ctx.wake.set()
 
     def held_locks(self) -> int:
-        return self._segments  # one segment lock per running job with a lock_key
+        return len(self._busy)  # one segment lock per running job with a lock_key
 
     def _segment_lost(self, job_id: int, key: str) -> None:
         if self.ctx.runner.cancel(job_id, StopReason.LOCK_LOST, f"lock {key} lost",

@@ -116,3 +116,13 @@ def stop_process_group(proc: subprocess.Popen[Any], grace: float) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
+
+
+def write_postgres_cluster_config(path: Path, pg_url: str, data_dir: Path, token: str) -> Path:
+    """A config file for ``jobserver cluster --config``: the PostgreSQL store at
+    ``pg_url`` with its advisory locks, ``data_dir`` and one API token."""
+    path.write_text(f'data_dir = "{data_dir}"\n'
+                    f'[database]\nurl = "{pg_url}"\n'
+                    '[lock]\nbackend = "postgres"\n'
+                    f'[api]\ntokens = ["{token}"]\n')
+    return path

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.helpers import job_spec
+from tests.helpers import job_spec, write_postgres_cluster_config
 from tests.integration.attack import AttackNode, attack_node, unique  # noqa: F401
 from tests.integration.nodes import JOBSERVER, TOKEN, Harness
 from tests.integration.test_sql_steps import CAST, CAST_MESSAGE
@@ -70,11 +70,8 @@ def test_a_shell_comment_leaves_a_views_version_alone_on_a_running_node(
 def test_the_launcher_names_its_postgresql_store_in_its_banner(pg_url: str,
                                                               tmp_path: Path) -> None:
     url = make_url(pg_url)
-    config = tmp_path / "cluster.toml"
-    config.write_text(f'data_dir = "{tmp_path / "data"}"\n'
-                      f'[database]\nurl = "{pg_url}"\n'
-                      '[lock]\nbackend = "postgres"\n'
-                      f'[api]\ntokens = ["{TOKEN}"]\n')
+    config = write_postgres_cluster_config(tmp_path / "cluster.toml", pg_url,
+                                           tmp_path / "data", TOKEN)
     harness = Harness(tmp_path)
     try:
         launcher = harness.spawn("launcher", harness.cluster_args(1, "--config", str(config)),

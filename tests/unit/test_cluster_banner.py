@@ -10,6 +10,7 @@ from sqlalchemy.engine import make_url
 
 from jobserver.cli import _config
 from jobserver.cluster import LocalCluster
+from tests.helpers import write_postgres_cluster_config
 
 
 def banner_head(config_file: Path) -> str:
@@ -20,11 +21,8 @@ def banner_head(config_file: Path) -> str:
 def test_a_postgresql_store_and_its_advisory_locks_are_named(pg_url: str,
                                                              tmp_path: Path) -> None:
     url = make_url(pg_url)
-    config = tmp_path / "cluster.toml"
-    config.write_text(f'data_dir = "{tmp_path / "data"}"\n'
-                      f'[database]\nurl = "{pg_url}"\n'
-                      '[lock]\nbackend = "postgres"\n'
-                      '[api]\ntokens = ["banner-test-token-0123456789"]\n')
+    config = write_postgres_cluster_config(tmp_path / "cluster.toml", pg_url,
+                                           tmp_path / "data", "banner-test-token-0123456789")
     head = banner_head(config)
     assert head == (f"jobserver cluster: 3 nodes (store: PostgreSQL {url.host}:{url.port}/"
                     f"{url.database}; locks: PostgreSQL advisory locks; single mode)")
